@@ -1,0 +1,66 @@
+"""Load named SQL queries and ordered migrations shipped as package data.
+
+A queries file holds blocks that each start with a header line ``-- name: <name>``;
+the block's text up to the next header is the query (comments included). Migration
+files are named ``NNNN_description.sql`` and applied in number order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import LiteralString, cast
+
+__all__ = ["Migration", "load_migrations", "load_queries", "parse_queries"]
+
+_HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One migration file: its version number, file name and SQL text."""
+
+    version: int
+    name: str
+    sql: LiteralString
+
+
+def parse_queries(text: str) -> dict[str, LiteralString]:
+    """Split a queries file into ``{name: sql}``; duplicate names are an error."""
+    queries: dict[str, LiteralString] = {}
+    parts = _HEADER.split(text)
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        queries[name] = cast(LiteralString, body.strip())  # type: ignore[redundant-cast]
+    return queries
+
+
+def load_queries(package: str) -> dict[str, LiteralString]:
+    """Load ``<package>/sql/queries.sql``."""
+    text = resources.files(package).joinpath("sql", "queries.sql").read_text("utf-8")
+    return parse_queries(text)
+
+
+def load_migrations(package: str) -> list[Migration]:
+    """Load ``<package>/sql/migrations/*.sql`` in version order (versions must be 1..n)."""
+    folder = resources.files(package).joinpath("sql", "migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append(
+                Migration(
+                    int(match.group(1)),
+                    entry.name,
+                    cast(LiteralString, entry.read_text("utf-8")),  # type: ignore[redundant-cast]
+                )
+            )
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise ValueError(
+            f"migrations of {package} are not numbered 1..n: {[m.name for m in found]}"
+        )
+    return found

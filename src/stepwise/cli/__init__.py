@@ -1,0 +1,1 @@
+"""The `stepwise` command line."""

@@ -1,0 +1,1 @@
+"""The replay engine: one pass of a workflow body over its journal."""

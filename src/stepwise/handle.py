@@ -1,0 +1,63 @@
+"""RunHandle: a reference to one run, returned by `App.start`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import App
+    from .records import Run
+
+__all__ = ["RunHandle"]
+
+
+class RunHandle:
+    """A started run: its ``id`` and shortcuts to the app's methods for it."""
+
+    __slots__ = ("_app", "id", "workflow")
+
+    def __init__(self, app: App, run_id: str, workflow: str) -> None:
+        self._app = app
+        self.id = run_id
+        self.workflow = workflow
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.workflow} {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """Wait for the output; see `App.result_async`."""
+        return await self._app.result_async(self.id, timeout)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the output; see `App.result`."""
+        return self._app.result(self.id, timeout)
+
+    async def get_async(self) -> Run:
+        """The run's current record."""
+        return await self._app.get_run_async(self.id)
+
+    def get(self) -> Run:
+        """The run's current record."""
+        return self._app.get_run(self.id)
+
+    async def cancel_async(self) -> bool:
+        """Cancel the run; see `App.cancel_async`."""
+        return await self._app.cancel_async(self.id)
+
+    def cancel(self) -> bool:
+        """Cancel the run; see `App.cancel`."""
+        return self._app.cancel(self.id)
+
+    async def signal_async(self, event: str, payload: Any = None) -> bool:
+        """Send an event to the run; see `App.signal_async`."""
+        return await self._app.signal_async(self.id, event, payload)
+
+    def signal(self, event: str, payload: Any = None) -> bool:
+        """Send an event to the run; see `App.signal`."""
+        return self._app.signal(self.id, event, payload)

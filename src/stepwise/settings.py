@@ -1,0 +1,86 @@
+"""Settings: explicit arguments, then STEPWISE_* environment variables, then defaults.
+
+This is the only module that reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+__all__ = ["Settings"]
+
+DEFAULT_DATABASE_URL = "sqlite:///stepwise.db"
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Resolved configuration of an `App`.
+
+    Attributes:
+        database_url: ``STEPWISE_DATABASE_URL``, default ``sqlite:///stepwise.db``.
+        schema: Postgres schema, ``STEPWISE_SCHEMA``, default ``stepwise``.
+        max_retention_days: cap on any run's retention, ``STEPWISE_MAX_RETENTION_DAYS``,
+            default 365.
+        max_step_attempts: step attempts a run may make, ``STEPWISE_MAX_STEP_ATTEMPTS``,
+            default 1000.
+        max_payload_bytes: largest JSON value stored, ``STEPWISE_MAX_PAYLOAD_BYTES``,
+            default 1 MiB.
+        max_claims_without_progress: a run claimed this many times in a row without
+            committing anything (its worker died each time) fails as ``PoisonRun``;
+            ``STEPWISE_MAX_RECOVERIES``, default 10; 0 disables.
+        sweep_interval: seconds between retention sweeps in workers,
+            ``STEPWISE_SWEEP_INTERVAL``, default 300; 0 disables.
+    """
+
+    database_url: str = DEFAULT_DATABASE_URL
+    schema: str = "stepwise"
+    max_retention_days: int = 365
+    max_step_attempts: int = 1000
+    max_payload_bytes: int = 1024 * 1024
+    max_claims_without_progress: int = 10
+    sweep_interval: float = 300.0
+
+    @classmethod
+    def load(
+        cls,
+        database_url: str | None = None,
+        *,
+        schema: str | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: object,
+    ) -> Settings:
+        """Build settings from arguments, the environment and defaults."""
+        env = os.environ if env is None else env
+        url = database_url or env.get("STEPWISE_DATABASE_URL") or DEFAULT_DATABASE_URL
+        values: dict[str, object] = {
+            "database_url": url,
+            "schema": schema or env.get("STEPWISE_SCHEMA") or "stepwise",
+            "max_retention_days": _int(env, "STEPWISE_MAX_RETENTION_DAYS", 365, minimum=1),
+            "max_step_attempts": _int(env, "STEPWISE_MAX_STEP_ATTEMPTS", 1000, minimum=1),
+            "max_payload_bytes": _int(env, "STEPWISE_MAX_PAYLOAD_BYTES", 1024 * 1024, minimum=1024),
+            "max_claims_without_progress": _int(env, "STEPWISE_MAX_RECOVERIES", 10),
+            "sweep_interval": float(_int(env, "STEPWISE_SWEEP_INTERVAL", 300)),
+        }
+        for key, value in overrides.items():
+            if key not in cls.__dataclass_fields__:
+                raise ConfigurationError(f"unknown setting {key!r}")
+            if value is not None:
+                values[key] = value
+        return cls(**values)  # type: ignore[arg-type]
