@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Literal
@@ -97,9 +98,12 @@ class RetryPolicy:
             delay = initial
         elif self.backoff == "linear":
             delay = initial * n
+        elif initial == 0 or self.factor == 1:
+            delay = initial
+        elif n - 1 >= math.log(cap / initial) / math.log(self.factor):
+            delay = cap  # also keeps huge attempt numbers from overflowing
         else:
-            # Avoid float overflow for huge attempt numbers: the cap wins long before.
-            delay = cap if n > 1075 else initial * self.factor ** (n - 1)
+            delay = initial * self.factor ** (n - 1)
         return min(delay, cap)
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:

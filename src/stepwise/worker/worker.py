@@ -313,16 +313,20 @@ class Worker:
                     self._start(claim, services)
                 if len(claims) == free:
                     continue  # there may be more; loop and wait for a slot
-                timeout = await self._time_to_next_wake(backend, pairs, poll)
+                timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
             await self._sleep(timeout)
 
     async def _time_to_next_wake(
-        self, backend: Backend, pairs: tuple[tuple[str, int], ...], poll: float
+        self, backend: Backend, pairs: tuple[tuple[str, int], ...], poll: float, *, ask: bool
     ) -> float:
-        try:
-            known = await backend.next_wake_at(pairs)
-        except BackendError:
-            known = None
+        """Seconds until the earliest wake time known: this worker's own parks, and
+        (when idle, ``ask``) the database's earliest due run, capped by the poll interval."""
+        known = None
+        if ask:
+            try:
+                known = await backend.next_wake_at(pairs)
+            except BackendError:
+                known = None
         candidates = [t for t in (known, self._next_wake) if t is not None]
         self._next_wake = None
         if not candidates:

@@ -1,0 +1,179 @@
+"""The `stepwise` command through real subprocesses (worker, demo, operations)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from stepwise import App, Context
+
+from tests.engine.helpers import wait_for
+
+STEPWISE = [sys.executable, "-m", "stepwise.cli.main"]
+
+WORKER_MODULE = textwrap.dedent(
+    """
+    import time
+    from pathlib import Path
+    from stepwise import App, Context
+
+    app = App()
+    MARKS = Path(__file__).parent / "marks"
+
+    @app.workflow
+    async def greet(ctx: Context, name: str) -> str:
+        return await ctx.step.run("greet", lambda: f"hi {name} from pid {__import__('os').getpid()}")
+
+    def slow_effect(tag: str) -> str:
+        MARKS.mkdir(exist_ok=True)
+        (MARKS / f"{tag}-{time.monotonic_ns()}").touch()
+        time.sleep(1.5)
+        return tag
+
+    @app.workflow
+    async def two_slow(ctx: Context, _: None) -> list[str]:
+        a = await ctx.step.run("first", lambda: slow_effect("first"))
+        b = await ctx.step.run("second", lambda: slow_effect("second"))
+        return [a, b]
+    """
+)
+
+
+@pytest.fixture
+def env(database, tmp_path: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    (tmp_path / "cli_app.py").write_text(WORKER_MODULE)
+    environ = dict(os.environ)
+    environ["STEPWISE_DATABASE_URL"] = database.url
+    environ["STEPWISE_SCHEMA"] = database.schema
+    environ["PYTHONPATH"] = str(tmp_path)
+    return environ
+
+
+def _app(database, tmp_path: Path) -> App:  # type: ignore[no-untyped-def]
+    """The same workflows, registered in the test process (for starting runs)."""
+    app = App(database.url, schema=database.schema)
+
+    @app.workflow
+    async def greet(ctx: Context, name: str) -> str:
+        raise AssertionError("runs only in the worker process")
+
+    @app.workflow
+    async def two_slow(ctx: Context, _: None) -> list[str]:
+        raise AssertionError("runs only in the worker process")
+
+    return app
+
+
+def _spawn_worker(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*STEPWISE, "worker", "cli_app:app", "--lease", "5s", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> tuple[int, str]:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"worker did not stop in {timeout}s:\n{out}") from None
+    return proc.returncode, out
+
+
+def test_worker_in_a_separate_process_runs_what_this_process_starts(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app = _app(database, tmp_path)
+    proc = _spawn_worker(env, tmp_path, "--concurrency", "2")
+    try:
+        output = app.run("greet", "ada", timeout=30)
+        assert output.startswith("hi ada from pid ") and output != f"hi ada from pid {os.getpid()}"
+        assert int(output.rsplit(" ", 1)[1]) == proc.pid
+    finally:
+        code, out = _stop(proc)
+        app.close()
+    assert code == 0, out
+
+
+def test_sigterm_is_graceful_the_in_flight_step_commits_and_the_run_is_released(
+    database, env, tmp_path  # type: ignore[no-untyped-def]
+) -> None:
+    app = _app(database, tmp_path)
+    proc = _spawn_worker(env, tmp_path)
+    try:
+        handle = app.start("two_slow")
+        wait_for(lambda: (tmp_path / "marks").exists() and any((tmp_path / "marks").iterdir()), 30)
+        code, out = _stop(proc)
+        assert code == 0, out
+        run = handle.get()
+        assert run.status == "waiting" and run.wake_reason is None, run
+        assert [s.name for s in app.get_steps(handle.id)] == ["first"]
+        # Another worker picks it up at once (no lease to wait for) and does not redo "first".
+        proc = _spawn_worker(env, tmp_path)
+        assert handle.result(timeout=30) == ["first", "second"]
+    finally:
+        _stop(proc)
+        app.close()
+    marks = sorted(p.name.split("-")[0] for p in (tmp_path / "marks").iterdir())
+    assert marks == ["first", "second"]
+
+
+def test_operations_commands(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([*STEPWISE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        if check:
+            assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    assert "version" in cli("migrate").stdout
+    app = _app(database, tmp_path)
+    try:
+        app.list_workflows()  # registers the workflows in the database
+        run_id = cli("start", "greet", "--input", '"bob"').stdout.strip()
+        assert app.get_run(run_id).input == "bob"
+        listed = json.loads(cli("runs", "list", "--json").stdout)
+        assert [r["id"] for r in listed["items"]] == [run_id]
+        assert run_id in cli("runs", "show", run_id).stdout
+        assert "greet" in cli("workflows").stdout
+        assert cli("signal", run_id, "poke", "--payload", '{"a": 1}').returncode == 0
+        assert "cancelled" in cli("cancel", run_id).stdout
+        assert cli("cancel", run_id, check=False).returncode == 1
+        bad = cli("start", "greet", "--input", "{not json", check=False)
+        assert bad.returncode == 2 and "not valid JSON" in bad.stderr
+        unknown = cli("start", "nope", check=False)
+        assert unknown.returncode == 1 and "not registered" in unknown.stderr
+        missing = cli("runs", "show", "01ARZ3NDEKTSV4RRFFQ69G5FAV", check=False)
+        assert missing.returncode == 1 and "no run" in missing.stderr
+        assert len(app.list_runs().items) == 1
+    finally:
+        app.close()
+
+
+def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWISE_")}
+    started = time.monotonic()
+    result = subprocess.run(
+        [*STEPWISE, "demo", "--runs", "3", "--cool-off", "300ms"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(" completed: ") == 3, result.stdout
+    assert (tmp_path / "stepwise.db").exists()
+    assert time.monotonic() - started >= 0.3  # the durable sleep really slept

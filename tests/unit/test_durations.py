@@ -1,0 +1,45 @@
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stepwise import parse_duration
+from stepwise.durations import format_duration, to_seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("30s", 30),
+        ("5m", 300),
+        ("2h", 7200),
+        ("7d", 604800),
+        ("1h30m", 5400),
+        ("1w", 604800),
+        (" 2m 5s ", 125),
+        (12, 12),
+        (0.25, 0.25),
+        (timedelta(minutes=3), 180),
+    ],
+)
+def test_parses(text: object, seconds: float) -> None:
+    assert to_seconds(text) == pytest.approx(seconds)  # type: ignore[arg-type]
+    assert parse_duration(text) == timedelta(seconds=seconds)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", "5", "5 minutes", "m5", "-5s", -1, float("nan"), "1y", None, True, [1]])
+def test_rejects_with_a_clear_message(bad: object) -> None:
+    with pytest.raises(ValueError, match="duration|negative|finite|must be"):
+        to_seconds(bad, what="sleep duration")  # type: ignore[arg-type]
+
+
+def test_rejects_absurdly_long() -> None:
+    with pytest.raises(ValueError, match="100 years"):
+        to_seconds("40000d")
+
+
+@given(st.integers(min_value=0, max_value=10**7))
+def test_format_round_trips(seconds: int) -> None:
+    assert to_seconds(format_duration(seconds)) == seconds

@@ -1,0 +1,71 @@
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stepwise import SerializationError
+from stepwise.serialization import decode, encode, error_from_exception
+
+safe_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | safe_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(safe_text, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_round_trip(value: object) -> None:
+    assert decode(encode(value, what="v")) == value
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+def test_dataclasses_and_tuples_become_json() -> None:
+    assert decode(encode({"p": Point(1, 2), "t": (1, 2)}, what="v")) == {"p": {"x": 1, "y": 2}, "t": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [math.nan, math.inf, {1, 2}, b"bytes", object(), "nul\x00char", "lone\ud800surrogate", {"k": math.nan}],
+)
+def test_rejects_what_the_database_cannot_store(bad: object) -> None:
+    with pytest.raises(SerializationError, match="step 'x'"):
+        encode(bad, what="step 'x'")
+
+
+def test_escaped_backslash_u0000_text_is_fine() -> None:
+    assert decode(encode("\\u0000", what="v")) == "\\u0000"
+
+
+def test_rejects_deep_nesting() -> None:
+    value: object = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(SerializationError, match="nested too deeply"):
+        encode(value, what="v")
+
+
+def test_size_limit() -> None:
+    with pytest.raises(SerializationError, match="over the limit of 1024 bytes"):
+        encode("x" * 2000, what="v", max_bytes=1024)
+
+
+def test_error_description() -> None:
+    try:
+        raise KeyError("missing")
+    except KeyError as exc:
+        error = error_from_exception(exc, step="a", attempt=2, nothing=None)
+    assert error["type"] == "KeyError"
+    assert error["step"] == "a" and error["attempt"] == 2 and "nothing" not in error
+    assert "Traceback" in error["traceback"]
