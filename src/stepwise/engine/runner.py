@@ -348,7 +348,12 @@ class Runner:
         return await self._fail_for_good(exc)
 
     async def _fail_for_good(self, exc: BaseException) -> PassResult:
-        error = error_from_exception(exc, attempt=self.run.attempt)
+        error = error_from_exception(
+            exc,
+            attempt=self.run.attempt,
+            step=exc.step if isinstance(exc, StepFailed) else None,
+            cause=exc.error if isinstance(exc, StepFailed) else None,
+        )
         if self._compensations:
             return await self._compensate(error)
         return await self._finish(Fail(error), "failed")
