@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from stepwise import App, Context
-
 from tests.engine.helpers import wait_for
 
 STEPWISE = [sys.executable, "-m", "stepwise.cli.main"]
 
 WORKER_MODULE = textwrap.dedent(
     """
+    import os
     import time
     from pathlib import Path
     from stepwise import App, Context
@@ -30,7 +30,7 @@ WORKER_MODULE = textwrap.dedent(
 
     @app.workflow
     async def greet(ctx: Context, name: str) -> str:
-        return await ctx.step.run("greet", lambda: f"hi {name} from pid {__import__('os').getpid()}")
+        return await ctx.step.run("greet", lambda: f"hi {name} from pid {os.getpid()}")
 
     def slow_effect(tag: str) -> str:
         MARKS.mkdir(exist_ok=True)
@@ -83,7 +83,9 @@ def _spawn_worker(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Pope
     )
 
 
-def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> tuple[int, str]:
+def _stop(
+    proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30
+) -> tuple[int, str]:
     if proc.poll() is None:
         proc.send_signal(sig)
     try:
@@ -95,7 +97,9 @@ def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float
     return proc.returncode, out
 
 
-def test_worker_in_a_separate_process_runs_what_this_process_starts(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_worker_in_a_separate_process_runs_what_this_process_starts(
+    database, env, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     app = _app(database, tmp_path)
     proc = _spawn_worker(env, tmp_path, "--concurrency", "2")
     try:
@@ -109,7 +113,9 @@ def test_worker_in_a_separate_process_runs_what_this_process_starts(database, en
 
 
 def test_sigterm_is_graceful_the_in_flight_step_commits_and_the_run_is_released(
-    database, env, tmp_path  # type: ignore[no-untyped-def]
+    database,
+    env,
+    tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
     app = _app(database, tmp_path)
     proc = _spawn_worker(env, tmp_path)
@@ -133,7 +139,9 @@ def test_sigterm_is_graceful_the_in_flight_step_commits_and_the_run_is_released(
 
 def test_operations_commands(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
     def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([*STEPWISE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [*STEPWISE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
         if check:
             assert result.returncode == 0, result.stdout + result.stderr
         return result

@@ -69,9 +69,7 @@ def test_replay_runs_each_step_once_and_journals_it_once(app: App) -> None:
 def test_parallel_steps_and_repeated_names(app: App) -> None:
     @app.workflow
     async def fan(ctx: Context, items: list[int]) -> list[int]:
-        doubled = await asyncio.gather(
-            *(ctx.step.run("double", lambda i=i: i * 2) for i in items)
-        )
+        doubled = await asyncio.gather(*(ctx.step.run("double", lambda i=i: i * 2) for i in items))
         total = await ctx.step.run("sum", lambda: sum(doubled))
         again = await ctx.step.run("double", lambda: -1)
         return [*doubled, total, again]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepwise import App, Context, RunNotFound, ValidationError, SerializationError
+from stepwise import App, Context, RunNotFound, SerializationError, ValidationError
 
 from .helpers import wait_for
 
@@ -100,9 +100,13 @@ def test_publish_resumes_waiters_and_starts_subscribers(app: App) -> None:
         assert app.subscribe("user.signup", audit) is False
         free = app.publish("user.signup", {"name": "ada", "plan": "free"})
         assert free.resumed == () and len(free.started) == 2
-        pro = app.publish("user.signup", {"name": "bob", "plan": "pro"}, idempotency_key="signup-bob")
+        pro = app.publish(
+            "user.signup", {"name": "bob", "plan": "pro"}, idempotency_key="signup-bob"
+        )
         assert sorted(pro.resumed) == sorted(h.id for h in waiting) and len(pro.started) == 2
-        again = app.publish("user.signup", {"name": "bob", "plan": "pro"}, idempotency_key="signup-bob")
+        again = app.publish(
+            "user.signup", {"name": "bob", "plan": "pro"}, idempotency_key="signup-bob"
+        )
         assert again == pro
         outputs = sorted(str(app.result(r, timeout=20)) for r in pro.started)
         assert outputs == ["audited", "welcome bob"]

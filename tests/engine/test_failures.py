@@ -106,8 +106,10 @@ def test_non_retriable_errors_and_retry_after(app: App) -> None:
         try:
             await ctx.step.run("final", final, retry=RetryPolicy(max_attempts=5))
         except StepFailed as exc:
-            assert exc.attempts == 1
-        return await ctx.step.run("later", later, retry=RetryPolicy(max_attempts=2, initial="1h", max="1h"))
+            assert exc.attempts == 1  # noqa: PT017 - checked inside the workflow body
+        return await ctx.step.run(
+            "later", later, retry=RetryPolicy(max_attempts=2, initial="1h", max="1h")
+        )
 
     with app.worker():
         assert app.run(steering, timeout=20) == "done"
@@ -119,7 +121,12 @@ def test_a_step_timeout_counts_as_a_failed_attempt(app: App) -> None:
     @app.workflow
     async def slow(ctx: Context, _: None) -> str:
         try:
-            await ctx.step.run("hang", lambda: asyncio.sleep(30), timeout="100ms", retry=RetryPolicy(max_attempts=1))
+            await ctx.step.run(
+                "hang",
+                lambda: asyncio.sleep(30),
+                timeout="100ms",
+                retry=RetryPolicy(max_attempts=1),
+            )
         except StepFailed as exc:
             return exc.error["type"]
         return "no"
@@ -150,8 +157,12 @@ def test_rollbacks_run_newest_first_with_each_steps_output(app: App) -> None:
 
     @app.workflow
     async def saga(ctx: Context, _: None) -> None:
-        await ctx.step.run("reserve", lambda: {"seat": 12}, rollback=lambda out: undone.append(("reserve", out)))
-        await ctx.step.run("charge", lambda: 99, rollback=lambda out: undone.append(("charge", out)))
+        await ctx.step.run(
+            "reserve", lambda: {"seat": 12}, rollback=lambda out: undone.append(("reserve", out))
+        )
+        await ctx.step.run(
+            "charge", lambda: 99, rollback=lambda out: undone.append(("charge", out))
+        )
         await ctx.step.run("no-rollback", lambda: 1)
         await ctx.step.run("ship", lambda: 1 / 0, retry=RetryPolicy(max_attempts=1))
 

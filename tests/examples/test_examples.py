@@ -25,7 +25,12 @@ def _env(database) -> dict[str, str]:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(example: Path, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = subprocess.run(
-        [sys.executable, str(example)], cwd=tmp_path, env=_env(database), capture_output=True, text=True, timeout=120
+        [sys.executable, str(example)],
+        cwd=tmp_path,
+        env=_env(database),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip(), "an example prints its result"
@@ -41,6 +46,11 @@ def test_readme_python_blocks_run(index: int, database, tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(_readme_blocks()[index])
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=_env(database), capture_output=True, text=True, timeout=120
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=_env(database),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr

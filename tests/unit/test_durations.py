@@ -29,9 +29,11 @@ def test_parses(text: object, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["", "5", "5 minutes", "m5", "-5s", -1, float("nan"), "1y", None, True, [1]])
+@pytest.mark.parametrize(
+    "bad", ["", "5", "5 minutes", "m5", "-5s", -1, float("nan"), "1y", None, True, [1]]
+)
 def test_rejects_with_a_clear_message(bad: object) -> None:
-    with pytest.raises(ValueError, match="duration|negative|finite|must be"):
+    with pytest.raises(ValueError, match=r"duration|negative|finite|must be"):
         to_seconds(bad, what="sleep duration")  # type: ignore[arg-type]
 
 

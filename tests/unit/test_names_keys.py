@@ -15,7 +15,9 @@ def test_good_workflow_names(name: str) -> None:
     assert validate_workflow_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "-a", "a b", "a/b", "../x", "a" * 129, "é", None, 3, "a:b", "a\x00"])
+@pytest.mark.parametrize(
+    "name", ["", "-a", "a b", "a/b", "../x", "a" * 129, "é", None, 3, "a:b", "a\x00"]
+)
 def test_bad_workflow_names(name: object) -> None:
     with pytest.raises(ValueError, match="invalid workflow name"):
         validate_workflow_name(name)

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from stepwise import SerializationError
 from stepwise.serialization import decode, encode, error_from_exception
 
-safe_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+safe_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+)
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -32,12 +34,24 @@ class Point:
 
 
 def test_dataclasses_and_tuples_become_json() -> None:
-    assert decode(encode({"p": Point(1, 2), "t": (1, 2)}, what="v")) == {"p": {"x": 1, "y": 2}, "t": [1, 2]}
+    assert decode(encode({"p": Point(1, 2), "t": (1, 2)}, what="v")) == {
+        "p": {"x": 1, "y": 2},
+        "t": [1, 2],
+    }
 
 
 @pytest.mark.parametrize(
     "bad",
-    [math.nan, math.inf, {1, 2}, b"bytes", object(), "nul\x00char", "lone\ud800surrogate", {"k": math.nan}],
+    [
+        math.nan,
+        math.inf,
+        {1, 2},
+        b"bytes",
+        object(),
+        "nul\x00char",
+        "lone\ud800surrogate",
+        {"k": math.nan},
+    ],
 )
 def test_rejects_what_the_database_cannot_store(bad: object) -> None:
     with pytest.raises(SerializationError, match="step 'x'"):

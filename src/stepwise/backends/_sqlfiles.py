@@ -34,7 +34,7 @@ def parse_queries(text: str) -> dict[str, LiteralString]:
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = cast(LiteralString, body.strip())  # type: ignore[redundant-cast]
+        queries[name] = cast(LiteralString, body.strip())
     return queries
 
 

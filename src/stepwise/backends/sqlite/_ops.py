@@ -1,0 +1,347 @@
+"""Producer transactions (create, cancel, signal, publish) and the writes they share
+with the worker paths. Every function runs on the backend's thread with a `Session`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from ...errors import IdempotencyConflict, RunNotFound
+from ...ids import new_run_id
+from ...records import ACTIVE_STATUSES, CreateResult, NewRun, Published, SignalOutcome, Step
+from ._convert import dumps, micro, to_run, to_step, to_ts
+from ._json import json_equal
+from ._session import QUERIES, Session
+
+__all__ = [
+    "add_event",
+    "brief",
+    "cancel_run",
+    "create_run",
+    "deliver_signal",
+    "insert_run",
+    "publish",
+    "resolve_wait",
+    "wake",
+    "write_child_result",
+    "write_step",
+]
+
+
+# --------------------------------------------------------------------------- shared writes
+
+
+def add_event(s: Session, run_id: str, type_: str, data: Any, now: float) -> None:
+    s.run(
+        QUERIES["insert_event"],
+        {"run_id": run_id, "type": type_, "data": dumps(data), "now": now},
+    )
+
+
+def brief(error: dict[str, Any] | None) -> dict[str, Any]:
+    """The type and message of a serialized error (for event data)."""
+    error = error or {}
+    return {"type": error.get("type"), "message": error.get("message")}
+
+
+def insert_run(
+    s: Session,
+    new: NewRun,
+    now: float,
+    *,
+    parent_id: str | None,
+    extra: dict[str, Any] | None = None,
+) -> sqlite3.Row | None:
+    """Insert a pending run and its ``created`` event; None if the id or the
+    (workflow, idempotency key) already exists."""
+    available_at = to_ts(new.run_at) if new.run_at is not None else micro(now + new.delay)
+    if new.deadline_at is not None:
+        deadline_at: float | None = to_ts(new.deadline_at)
+    elif new.deadline_in is not None:
+        deadline_at = micro(now + new.deadline_in)
+    else:
+        deadline_at = None
+    row = s.one(
+        QUERIES["insert_run"],
+        {
+            "id": new.id,
+            "workflow": new.workflow,
+            "version": new.version,
+            "input": new.input_json,
+            "priority": new.priority,
+            "idempotency_key": new.idempotency_key,
+            "parent_id": parent_id,
+            "parent_step": new.parent_step,
+            "available_at": available_at,
+            "deadline_at": deadline_at,
+            "retention_days": new.retention_days,
+            "now": now,
+        },
+    )
+    if row is not None:
+        data: dict[str, Any] = {"workflow": new.workflow, "version": new.version}
+        if parent_id is not None:
+            data["parent_id"] = parent_id
+            data["parent_step"] = new.parent_step
+        if extra:
+            data.update(extra)
+        add_event(s, new.id, "created", data, now)
+    return row
+
+
+def write_step(
+    s: Session,
+    run_id: str,
+    key: str,
+    kind: str,
+    status: str,
+    now: float,
+    *,
+    output_json: str | None = None,
+    error: dict[str, Any] | None = None,
+    attempts: int = 1,
+    started_at: float | None = None,
+    completed_at: float | None = None,
+) -> Step | None:
+    """Upsert a journal row and drop the run's wait on the key. Returns the stored row
+    when a completed or failed one already held the key (it wins), else None."""
+    changed = s.run(
+        QUERIES["upsert_step"],
+        {
+            "run_id": run_id,
+            "key": key,
+            "kind": kind,
+            "status": status,
+            "output": output_json,
+            "error": dumps(error),
+            "attempts": attempts,
+            "started_at": started_at,
+            "completed_at": now if completed_at is None else completed_at,
+            "now": now,
+        },
+    )
+    s.run(QUERIES["delete_wait"], {"run_id": run_id, "key": key})
+    if changed:
+        return None
+    row = s.one(QUERIES["get_step"], {"run_id": run_id, "key": key})
+    return None if row is None else to_step(row)
+
+
+def wake(s: Session, run_id: str, now: float) -> bool:
+    """Make a pending/waiting run claimable now (queues a ``wake`` notice)."""
+    if s.run(QUERIES["wake_run"], {"id": run_id, "now": now}):
+        s.notify("wake", run_id)
+        return True
+    return False
+
+
+def resolve_wait(
+    s: Session,
+    run_id: str,
+    key: str,
+    wait_created_at: float,
+    event: str,
+    payload_json: str,
+    now: float,
+    *,
+    status: str,
+) -> None:
+    """A signal resolves a registered wait: journal row, ``signaled`` event, wake-up."""
+    write_step(
+        s,
+        run_id,
+        key,
+        "wait",
+        "completed",
+        now,
+        output_json=payload_json,
+        started_at=wait_created_at,
+        completed_at=now,
+    )
+    add_event(s, run_id, "signaled", {"step": key, "event": event}, now)
+    if status != "running":
+        wake(s, run_id, now)
+
+
+def write_child_result(
+    s: Session,
+    child: sqlite3.Row | dict[str, Any],
+    now: float,
+    *,
+    output_json: str | None,
+    error: dict[str, Any] | None,
+) -> None:
+    """A child ended: write the live parent's journal row and wake the parent."""
+    parent_id = child["parent_id"]
+    parent = s.one(QUERIES["get_run_state"], {"id": parent_id})
+    if parent is None or parent["status"] not in ACTIVE_STATUSES:
+        return
+    if child["parent_step"] is not None:
+        write_step(
+            s,
+            parent_id,
+            child["parent_step"],
+            "child",
+            "failed" if error is not None else "completed",
+            now,
+            output_json=None if error is not None else output_json,
+            error=None if error is None else {**error, "run_id": child["id"]},
+            started_at=child["created_at"],
+            completed_at=now,
+        )
+    wake(s, parent_id, now)
+
+
+# --------------------------------------------------------------------------- producers
+
+
+def create_run(s: Session, new: NewRun) -> CreateResult:
+    with s.write() as now:
+        row = insert_run(s, new, now, parent_id=new.parent_id)
+        if row is not None:
+            s.notify("wake", new.id)
+            return CreateResult(to_run(row), True)
+        existing = None
+        if new.idempotency_key is not None:
+            existing = s.one(
+                QUERIES["get_run_by_key"],
+                {"workflow": new.workflow, "idempotency_key": new.idempotency_key},
+            )
+        if existing is None:
+            existing = s.one(QUERIES["get_run"], {"id": new.id})
+        if existing is None:  # pragma: no cover - a conflict always has a holder
+            raise RunNotFound(new.id)
+        if existing["workflow"] != new.workflow or not json_equal(
+            existing["input"], new.input_json
+        ):
+            what = (
+                f"idempotency key {new.idempotency_key!r}"
+                if new.idempotency_key is not None
+                else f"id {new.id!r}"
+            )
+            raise IdempotencyConflict(
+                f"a run of workflow {new.workflow!r} with {what} already exists "
+                f"({existing['id']}) with a different input",
+                existing["id"],
+            )
+        return CreateResult(to_run(existing), False)
+
+
+def cancel_run(s: Session, run_id: str) -> bool:
+    with s.write() as now:
+        state = s.one(QUERIES["get_run_state"], {"id": run_id})
+        if state is None:
+            raise RunNotFound(run_id)
+        if state["status"] not in ACTIVE_STATUSES:
+            return False
+        ids = [row["id"] for row in s.all(QUERIES["live_tree"], {"id": run_id})]
+        ids_json = json.dumps(ids)
+        s.run(QUERIES["cancel_runs"], {"ids": ids_json, "now": now})
+        s.run(QUERIES["delete_waits_of_runs"], {"ids": ids_json})
+        s.run(QUERIES["delete_signals_of_runs"], {"ids": ids_json})
+        s.conn.executemany(
+            QUERIES["insert_event"],
+            [
+                {
+                    "run_id": cancelled,
+                    "type": "cancelled",
+                    "data": None if cancelled == run_id else dumps({"by": run_id}),
+                    "now": now,
+                }
+                for cancelled in ids
+            ],
+        )
+        for cancelled in ids:
+            s.notify("cancel", cancelled)
+            s.notify("done", cancelled)
+        if state["parent_id"] is not None:
+            error = {
+                "type": "WorkflowCancelled",
+                "message": f"run {run_id} was cancelled",
+            }
+            write_child_result(s, state, now, output_json=None, error=error)
+        return True
+
+
+def deliver_signal(s: Session, run_id: str, event: str, payload_json: str) -> SignalOutcome:
+    with s.write() as now:
+        state = s.one(QUERIES["get_run_state"], {"id": run_id})
+        if state is None:
+            raise RunNotFound(run_id)
+        if state["status"] not in ACTIVE_STATUSES:
+            return "ended"
+        wait = s.one(
+            QUERIES["find_wait_for_signal"],
+            {"run_id": run_id, "event": event, "payload": payload_json},
+        )
+        if wait is not None:
+            resolve_wait(
+                s,
+                run_id,
+                wait["key"],
+                wait["created_at"],
+                event,
+                payload_json,
+                now,
+                status=state["status"],
+            )
+            return "resolved"
+        s.run(
+            QUERIES["insert_signal"],
+            {"run_id": run_id, "event": event, "payload": payload_json, "now": now},
+        )
+        return "buffered"
+
+
+def publish(s: Session, event: str, payload_json: str, key: str | None) -> Published:
+    with s.write() as now:
+        if key is not None:
+            done = s.one(QUERIES["get_published"], {"key": key})
+            if done is not None:
+                recorded = json.loads(done["result"])
+                return Published(tuple(recorded["started"]), tuple(recorded["resumed"]))
+        resumed: list[str] = []
+        seen: set[str] = set()
+        for wait in s.all(
+            QUERIES["find_waits_for_event"], {"event": event, "payload": payload_json}
+        ):
+            if wait["run_id"] in seen:
+                continue
+            seen.add(wait["run_id"])
+            resolve_wait(
+                s,
+                wait["run_id"],
+                wait["key"],
+                wait["created_at"],
+                event,
+                payload_json,
+                now,
+                status=wait["status"],
+            )
+            resumed.append(wait["run_id"])
+        started: list[str] = []
+        for sub in s.all(QUERIES["matching_subscriptions"], {"event": event}):
+            registered = s.one(QUERIES["get_workflow_latest"], {"name": sub["workflow"]})
+            if registered is None:
+                continue
+            options = json.loads(registered["options"]) or {}
+            deadline = options.get("deadline_seconds")
+            new = NewRun(
+                id=new_run_id(int(now * 1000)),
+                workflow=registered["name"],
+                version=registered["version"],
+                input_json=payload_json,
+                priority=int(options.get("priority", 100)),
+                retention_days=int(options.get("retention_days", 30)),
+                deadline_in=None if deadline is None else float(deadline),
+            )
+            if insert_run(s, new, now, parent_id=None, extra={"event": event}) is not None:
+                started.append(new.id)
+                s.notify("wake", new.id)
+        if key is not None:
+            s.run(
+                QUERIES["insert_published"],
+                {"key": key, "result": dumps({"started": started, "resumed": resumed}), "now": now},
+            )
+        return Published(tuple(started), tuple(resumed))

@@ -1,0 +1,439 @@
+"""PostgreSQL-only behaviour of `PostgresBackend` (the shared contract lives in
+tests/contract/): LISTEN/NOTIFY across instances and across a killed LISTEN
+connection, the claim query's index, concurrent migrations and creates, and the
+plpgsql producer functions called from another search_path.
+
+Each test gets its own schema ``swt_<hex>``, dropped (CASCADE) afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from stepwise.backends.postgres import PostgresBackend
+from stepwise.backends.postgres.backend import QUERIES
+from stepwise.errors import IdempotencyConflict, RunNotFound, SchemaVersionError, ValidationError
+from stepwise.ids import is_run_id, new_run_id
+from stepwise.records import (
+    Claim,
+    ClaimParams,
+    Complete,
+    Fail,
+    NewRun,
+    Notice,
+    Park,
+    StepWrite,
+    Transition,
+    WaitWrite,
+)
+
+pytestmark = pytest.mark.postgres
+
+DSN = os.environ.get("STEPWISE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+WAIT = 10.0
+
+BackendFactory = Callable[..., Awaitable[PostgresBackend]]
+
+
+async def _admin() -> psycopg.AsyncConnection[tuple[object, ...]]:
+    try:
+        return await psycopg.AsyncConnection.connect(DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is not reachable at {DSN}: {exc}")
+        pytest.skip(f"PostgreSQL is not reachable at {DSN}: {exc}")
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    """A fresh, empty schema, dropped with everything in it afterwards."""
+    name = "swt_" + secrets.token_hex(6)
+    conn = await _admin()
+    try:
+        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        yield name
+    finally:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        await conn.close()
+
+
+@pytest.fixture
+async def make_backend(schema: str) -> AsyncIterator[BackendFactory]:
+    """Open (and later close) backends on the test's schema; migrated by default."""
+    opened: list[PostgresBackend] = []
+
+    async def make(*, migrate: bool = True, **kwargs: int) -> PostgresBackend:
+        backend = PostgresBackend(DSN, schema=schema, **kwargs)
+        opened.append(backend)
+        await backend.open()
+        if migrate:
+            await backend.migrate()
+        return backend
+
+    yield make
+    for backend in opened:
+        await backend.close()
+
+
+@pytest.fixture
+async def admin(schema: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
+    """A plain connection with search_path set to the test's schema."""
+    conn = await psycopg.AsyncConnection.connect(
+        DSN, autocommit=True, options=f"-c search_path={schema}"
+    )
+    yield conn
+    await conn.close()
+
+
+def _new(workflow: str = "wf", **kwargs: object) -> NewRun:
+    return NewRun(id=new_run_id(), workflow=workflow, version=1, input_json="{}", **kwargs)  # type: ignore[arg-type]
+
+
+async def _next_notice(queue: asyncio.Queue[Notice], predicate: Callable[[Notice], bool]) -> Notice:
+    async def scan() -> Notice:
+        while True:
+            notice = await queue.get()
+            if predicate(notice):
+                return notice
+
+    return await asyncio.wait_for(scan(), WAIT)
+
+
+# --------------------------------------------------------------------------- notices
+
+
+async def test_notices_reach_subscribers_of_another_instance(make_backend: BackendFactory) -> None:
+    listener = await make_backend()
+    producer = await make_backend()
+    queue: asyncio.Queue[Notice] = asyncio.Queue()
+    unsubscribe = await listener.subscribe(queue.put_nowait)
+
+    created = await producer.create_run(_new())
+    run_id = created.run.id
+    await _next_notice(queue, lambda n: n == Notice("wake", run_id))
+
+    [claim] = await producer.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
+    [result] = await producer.apply([Transition(run_id, claim.lease_token, outcome=Complete("1"))])
+    assert result.ok
+    await _next_notice(queue, lambda n: n == Notice("done", run_id))
+
+    other = await producer.create_run(_new())
+    assert await producer.cancel_run(other.run.id)
+    await _next_notice(queue, lambda n: n == Notice("cancel", other.run.id))
+    await _next_notice(queue, lambda n: n == Notice("done", other.run.id))
+
+    await unsubscribe()
+    second: asyncio.Queue[Notice] = asyncio.Queue()
+    await listener.subscribe(second.put_nowait)
+    last = await producer.create_run(_new())
+    await _next_notice(second, lambda n: n == Notice("wake", last.run.id))
+    assert all(queue.get_nowait().run_id != last.run.id for _ in range(queue.qsize()))
+
+
+async def test_listener_reconnects_after_its_connection_is_killed(
+    make_backend: BackendFactory, schema: str
+) -> None:
+    listener = await make_backend()
+    producer = await make_backend()
+    queue: asyncio.Queue[Notice] = asyncio.Queue()
+    await listener.subscribe(queue.put_nowait)
+
+    admin = await _admin()
+    try:
+        cur = await admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s",
+            (f'%LISTEN "{schema}.done"',),
+        )
+        pids = [row[0] for row in await cur.fetchall()]
+        assert len(pids) == 1, pids
+        await admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+    finally:
+        await admin.close()
+
+    # After re-LISTENing, subscribers get a bare wake so they re-poll.
+    await _next_notice(queue, lambda n: n == Notice("wake", None))
+    created = await producer.create_run(_new())
+    await _next_notice(queue, lambda n: n == Notice("wake", created.run.id))
+
+
+# --------------------------------------------------------------------------- claims
+
+
+async def test_claim_query_uses_the_claim_index(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    await make_backend()
+    # A realistic table: 20k runs, most of them ended, a backlog of due and future
+    # work across several workflows.
+    await admin.execute(
+        """
+        INSERT INTO runs (id, workflow, version, status, input, available_at, completed_at)
+        SELECT lpad(i::text, 26, '0'), 'wf' || (i % 5), 1,
+               CASE WHEN i % 10 = 0 THEN 'pending' WHEN i % 10 = 1 THEN 'waiting'
+                    ELSE 'completed' END,
+               '{}', now() + (i - 10000) * interval '1 second',
+               CASE WHEN i % 10 > 1 THEN now() END
+        FROM generate_series(1, 20000) AS i
+        """
+    )
+    await admin.execute("ANALYZE runs")
+    params = {
+        "workflows": ["wf0", "wf1"],
+        "versions": [1, 1],
+        "worker": "w1",
+        "limit": 10,
+        "lease": 30.0,
+    }
+    cur = await admin.execute(b"EXPLAIN " + QUERIES["claim_runs"].encode(), params)
+    plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+    assert "runs_claim_idx" in plan, plan
+    cur = await admin.execute("SHOW enable_seqscan")
+    assert (await cur.fetchone()) == ("on",)
+
+
+async def test_claim_is_one_statement_with_journal_and_waits(
+    make_backend: BackendFactory,
+) -> None:
+    backend = await make_backend()
+    run_id = (await backend.create_run(_new())).run.id
+    [claim] = await backend.claim_runs(ClaimParams("w1", (("wf", 1),), 5, 30))
+    step = StepWrite("a", "run", "completed", '{"x": [1, 2.5, "é"]}')
+    park = Transition(
+        run_id,
+        claim.lease_token,
+        steps=(step,),
+        waits=(WaitWrite("w", "go", '{"k": 1}'),),
+        outcome=Park("event"),
+    )
+    assert (await backend.apply([park]))[0].ok
+    assert await backend.deliver_signal(run_id, "go", '{"k": 1, "extra": true}') == "resolved"
+    [claim] = await backend.claim_runs(ClaimParams("w1", (("wf", 1),), 5, 30))
+    assert [s.name for s in claim.journal] == ["a", "w"]
+    assert claim.journal[0].output == {"x": [1, 2.5, "é"]}
+    assert claim.journal[1].output == {"k": 1, "extra": True}
+    assert claim.journal[1].completed_at is not None
+    assert claim.journal[1].completed_at.tzinfo is not None
+    assert claim.waits == ()
+    assert claim.lease_token == 2
+
+
+async def test_claim_and_apply_batch_take_one_round_trip_each(
+    make_backend: BackendFactory, tmp_path: Path
+) -> None:
+    """Counted on the wire (libpq trace): one Sync per claim and per apply batch,
+    whatever the batch size; the batch is still one transaction."""
+    backend = await make_backend(min_size=1, max_size=1)
+    for _ in range(5):
+        await backend.create_run(_new())
+
+    async def traced(action: Callable[[], Awaitable[object]]) -> list[str]:
+        path = tmp_path / "trace.txt"
+        with path.open("w") as out:
+            async with backend._pool.connection() as conn:  # type: ignore[union-attr]
+                conn.pgconn.trace(out.fileno())
+            await action()
+            async with backend._pool.connection() as conn:  # type: ignore[union-attr]
+                conn.pgconn.untrace()
+        messages = []
+        for line in path.read_text().splitlines():
+            fields = line.split("\t")
+            if "F" in fields[:2]:
+                index = fields.index("F")
+                messages.append(fields[index + 2])
+        return messages
+
+    claims: list[Claim] = []
+
+    async def claim() -> None:
+        claims.extend(await backend.claim_runs(ClaimParams("w1", (("wf", 1),), 5, 30)))
+
+    sent = await traced(claim)
+    assert sent.count("Sync") == 1, sent
+    assert len(claims) == 5
+
+    now = await backend.now()
+    batch = [
+        Transition(c.run.id, c.lease_token, steps=(StepWrite("a", "run", "completed", "1"),))
+        for c in claims[:2]
+    ]
+    batch += [Transition(claims[2].run.id, claims[2].lease_token, outcome=Complete("2"))]
+    batch += [Transition(claims[3].run.id, claims[3].lease_token, outcome=Park("sleep", now))]
+    batch += [Transition(claims[4].run.id, claims[4].lease_token + 1, outcome=Complete("3"))]
+    results: list[bool] = []
+
+    async def apply() -> None:
+        results.extend(r.ok for r in await backend.apply(batch))
+
+    sent = await traced(apply)
+    assert sent.count("Sync") == 1, sent
+    assert results == [True, True, True, True, False]
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+async def test_concurrent_migrate_applies_once(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    backends = [await make_backend(migrate=False, min_size=1, max_size=1) for _ in range(8)]
+    versions = await asyncio.gather(*(b.migrate() for b in backends))
+    assert versions == [1] * 8
+    cur = await admin.execute("SELECT version FROM schema_version")
+    assert await cur.fetchall() == [(1,)]
+    assert await backends[0].migrate() == 1
+
+
+async def test_newer_schema_version_is_refused(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    await make_backend()
+    await admin.execute("INSERT INTO schema_version (version) VALUES (999)")
+    backend = await make_backend(migrate=False)
+    with pytest.raises(SchemaVersionError, match="999 is newer than this stepwise"):
+        await backend.migrate()
+
+
+# --------------------------------------------------------------------------- producers
+
+
+async def test_concurrent_creates_with_one_key_make_one_run(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    backend = await make_backend(min_size=20, max_size=20)
+    news = [_new(idempotency_key="order-42") for _ in range(20)]
+    results = await asyncio.gather(*(backend.create_run(n) for n in news))
+    assert sum(r.created for r in results) == 1
+    assert len({r.run.id for r in results}) == 1
+    cur = await admin.execute("SELECT count(*) FROM runs")
+    assert await cur.fetchone() == (1,)
+    cur = await admin.execute("SELECT count(*) FROM events WHERE type = 'created'")
+    assert await cur.fetchone() == (1,)
+    with pytest.raises(IdempotencyConflict) as info:
+        await backend.create_run(
+            NewRun(new_run_id(), "wf", 1, '{"other": 1}', idempotency_key="order-42")
+        )
+    assert info.value.run_id == results[0].run.id
+
+
+async def test_sql_producers_work_from_another_search_path(
+    make_backend: BackendFactory, schema: str
+) -> None:
+    backend = await make_backend()
+    conn = await _admin()  # search_path is the default ("$user", public)
+    try:
+        ident = sql.Identifier(schema)
+        cur = await conn.execute(sql.SQL("SELECT {}.new_run_id()").format(ident))
+        row = await cur.fetchone()
+        assert row is not None
+        assert is_run_id(row[0])
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT (c.run).id, c.created FROM {}.create_run({}.new_run_id(), %s, 1, %s) c"
+            ).format(ident, ident),
+            ("billing", '{"n": 1}'),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        assert row[1] is True
+        run = await backend.get_run(str(row[0]))
+        assert run is not None
+        assert run.workflow == "billing"
+        assert run.input == {"n": 1}
+        with pytest.raises(psycopg.Error) as info:
+            await conn.execute(
+                sql.SQL("SELECT {}.create_run({}.new_run_id(), %s, 1, 'null')").format(
+                    ident, ident
+                ),
+                ("bad name!",),
+            )
+        assert info.value.sqlstate == "SW001"
+        cur = await conn.execute(
+            sql.SQL("SELECT {}.signal_run(%s, 'go', '1')").format(ident), (run.id,)
+        )
+        assert await cur.fetchone() == ("buffered",)
+    finally:
+        await conn.close()
+    with pytest.raises(ValidationError, match="invalid workflow name"):
+        await backend.create_run(NewRun(new_run_id(), "bad name!", 1, "null"))
+    with pytest.raises(RunNotFound):
+        await backend.deliver_signal(new_run_id(), "go", "1")
+
+
+# --------------------------------------------------------------------------- apply
+
+
+async def test_apply_fast_and_general_paths_agree_on_child_completion(
+    make_backend: BackendFactory,
+) -> None:
+    """A child's Complete through the one-statement path and a Fail through the
+    plpgsql path both write the parent's journal row and wake the parent."""
+    backend = await make_backend()
+    parent_id = (await backend.create_run(_new("parent"))).run.id
+    [claim] = await backend.claim_runs(ClaimParams("w1", (("parent", 1),), 1, 30))
+    kids = (
+        NewRun(new_run_id(), "kid", 1, "1", parent_id=parent_id, parent_step="a"),
+        NewRun(new_run_id(), "kid", 1, "2", parent_id=parent_id, parent_step="b"),
+    )
+    park = Transition(parent_id, claim.lease_token, children=kids, outcome=Park("child"))
+    assert (await backend.apply([park]))[0].ok
+    parent = await backend.get_run(parent_id)
+    assert parent is not None
+    assert parent.status == "waiting"
+    assert parent.wake_at is None
+
+    claims = await backend.claim_runs(ClaimParams("w2", (("kid", 1),), 5, 30))
+    by_input = {c.run.input: c for c in claims}
+    first, second = by_input[1], by_input[2]
+    done = Transition(first.run.id, first.lease_token, outcome=Complete('{"v":  1}'))
+    # A wait in the transition sends the second child through the plpgsql path.
+    failed = Transition(
+        second.run.id,
+        second.lease_token,
+        waits=(WaitWrite("unused", "never"),),
+        outcome=Fail({"type": "Boom", "message": "no"}),
+    )
+    results = await backend.apply([done, failed])
+    assert [r.ok for r in results] == [True, True]
+    steps = {s.name: s for s in await backend.get_steps(parent_id)}
+    assert steps["a"].status == "completed"
+    assert steps["a"].output == {"v": 1}
+    assert steps["b"].status == "failed"
+    assert steps["b"].error == {"type": "Boom", "message": "no", "run_id": second.run.id}
+    parent = await backend.get_run(parent_id)
+    assert parent is not None
+    assert parent.wake_at is not None
+    assert parent.wake_at <= await backend.now()
+
+
+async def test_stale_token_writes_nothing(make_backend: BackendFactory) -> None:
+    backend = await make_backend()
+    run_id = (await backend.create_run(_new())).run.id
+    [old] = await backend.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 0.001))
+    await asyncio.sleep(0.05)
+    [new] = await backend.claim_runs(ClaimParams("w2", (("wf", 1),), 1, 30))
+    assert new.recovered
+    assert new.lease_token == old.lease_token + 1
+    stale = Transition(
+        run_id,
+        old.lease_token,
+        steps=(StepWrite("a", "run", "completed", "1"),),
+        outcome=Park("sleep", wake_at=await backend.now() + timedelta(hours=1)),
+    )
+    fresh = Transition(run_id, new.lease_token, steps=(StepWrite("b", "run", "completed", "2"),))
+    results = await backend.apply([stale, fresh])
+    assert [r.ok for r in results] == [False, True]
+    assert [s.name for s in await backend.get_steps(run_id)] == ["b"]
+    run = await backend.get_run(run_id)
+    assert run is not None
+    assert run.status == "running"
+    types = [e.type for e in await backend.get_events(run_id)]
+    assert types == ["created", "claimed", "lease_expired", "claimed", "step_completed"]

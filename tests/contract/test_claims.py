@@ -1,0 +1,327 @@
+"""Contract: claim_runs (due times, order, filters, exclusivity, lease expiry), next_wake_at."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from stepwise.backends.base import Backend
+from stepwise.records import Claim, Complete, Park, Release, StepWrite, WaitWrite
+
+from .helpers import (
+    BackendFactory,
+    claim,
+    claim_eventually,
+    claim_one,
+    clock_passes,
+    close_to,
+    completed,
+    create,
+    event_types,
+    js,
+    new_run,
+    transition,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Tolerance for lease expiries computed from `Claim.now` (claim happens in one transaction).
+_TOL = timedelta(milliseconds=50)
+
+
+async def test_claim_takes_a_due_run_and_leases_it(backend: Backend) -> None:
+    run = await create(backend, input={"x": 1})
+    before = await backend.now()
+    held = await claim_one(backend, worker="w-a", lease=30)
+    after = await backend.now()
+
+    assert held.run.id == run.id
+    assert held.run.status == "running"
+    assert held.run.input == {"x": 1}
+    assert held.lease_token == 1  # lease_token starts at 0; each claim is previous + 1
+    assert held.journal == ()
+    assert held.waits == ()
+    assert held.claims_since_progress == 1
+    assert held.step_attempts == 0
+    assert held.recovered is False
+    assert before <= held.now <= after
+    assert held.run.started_at is not None
+    assert before - timedelta(milliseconds=1) <= held.run.started_at
+    assert held.run.started_at <= after + timedelta(milliseconds=1)
+
+    stored = await backend.get_run(run.id)
+    assert stored is not None
+    assert stored.status == "running"
+    assert stored.wake_at is None  # None while running
+    assert close_to(stored.started_at, held.run.started_at)
+    assert await event_types(backend, run.id) == ["created", "claimed"]
+
+    # A live lease is exclusive: nobody else gets the run.
+    assert await claim(backend, worker="w-b") == []
+
+
+async def test_claim_respects_delay(backend: Backend) -> None:
+    run = await create(backend, delay=0.3)
+    assert run.wake_at is not None
+    assert await claim(backend) == []
+    held = await claim_eventually(backend)
+    assert held.run.id == run.id
+    # Never early: judged by the database clock.
+    assert held.now >= run.wake_at
+
+
+async def test_claim_respects_run_at(backend: Backend) -> None:
+    now = await backend.now()
+    future = await create(backend, run_at=now + timedelta(seconds=0.3))
+    past = await create(backend, run_at=now - timedelta(minutes=5))
+    far = await create(backend, run_at=now + timedelta(hours=1))
+
+    first = await claim_one(backend)
+    assert first.run.id == past.id
+    assert await claim(backend) == []
+    second = await claim_eventually(backend)
+    assert second.run.id == future.id
+    assert second.now >= now + timedelta(seconds=0.3)
+    assert await claim(backend) == []
+    stored = await backend.get_run(far.id)
+    assert stored is not None
+    assert stored.status == "pending"
+
+
+async def test_claim_order_is_priority_then_available_at(backend: Backend) -> None:
+    now = await backend.now()
+    low = await create(backend, priority=100)
+    urgent = await create(backend, priority=10)
+    mid_late = await create(backend, priority=50, run_at=now - timedelta(seconds=1))
+    mid_early = await create(backend, priority=50, run_at=now - timedelta(seconds=2))
+    not_due = await create(backend, priority=1, delay=3600)
+
+    order = [(await claim_one(backend)).run.id for _ in range(4)]
+    assert order == [urgent.id, mid_early.id, mid_late.id, low.id]
+    assert await claim(backend) == []
+    stored = await backend.get_run(not_due.id)
+    assert stored is not None
+    assert stored.status == "pending"
+
+
+async def test_claim_batch_respects_limit_and_order(backend: Backend) -> None:
+    ids = [(await create(backend, priority=100 - i)).id for i in range(5)]
+    first = await claim(backend, limit=3)
+    assert [c.run.id for c in first] == [ids[4], ids[3], ids[2]]
+    assert all(c.lease_token == 1 for c in first)
+    rest = await claim(backend, limit=3)
+    assert [c.run.id for c in rest] == [ids[1], ids[0]]
+    assert await claim(backend, limit=3) == []
+
+
+async def test_claim_filters_by_workflow_and_version(backend: Backend) -> None:
+    v1 = await create(backend, "wf")
+    v2 = (await backend.create_run(new_run("wf", 2))).run
+    other = await create(backend, "other")
+
+    assert await claim(backend, workflows=(("nope", 1),)) == []
+    assert await claim(backend, workflows=(("wf", 3),)) == []
+    got = await claim(backend, workflows=(("wf", 2), ("other", 1)))
+    assert {c.run.id for c in got} == {v2.id, other.id}
+    got = await claim(backend, workflows=(("wf", 1),))
+    assert [c.run.id for c in got] == [v1.id]
+    assert await claim(backend, workflows=(("wf", 1), ("wf", 2), ("other", 1))) == []
+
+
+async def test_two_instances_racing_claim_each_run_exactly_once(
+    backend: Backend, backend_factory: BackendFactory
+) -> None:
+    other = await backend_factory()
+    created = {(await create(backend, input=i)).id for i in range(200)}
+
+    async def claimer(instance: Backend, worker: str) -> list[str]:
+        mine: list[str] = []
+        while True:
+            got = await claim(instance, worker=worker, lease=60, limit=7)
+            if not got:
+                return mine
+            mine.extend(c.run.id for c in got)
+
+    results = await asyncio.gather(
+        *(claimer(backend if i % 2 else other, f"w{i}") for i in range(8))
+    )
+    claimed = [run_id for batch in results for run_id in batch]
+    assert len(claimed) == len(set(claimed)), "a run was claimed twice"
+    assert set(claimed) == created
+    for run_id in list(created)[:10]:
+        stored = await backend.get_run(run_id)
+        assert stored is not None
+        assert stored.status == "running"
+
+
+async def test_expired_lease_is_reclaimed_with_the_next_token(backend: Backend) -> None:
+    run = await create(backend)
+    first = await claim_one(backend, worker="w-dead", lease=0.3)
+    assert await claim(backend, worker="w-new") == []
+
+    second = await claim_eventually(backend, worker="w-new", lease=30)
+    assert second.run.id == run.id
+    assert second.lease_token == first.lease_token + 1
+    assert second.recovered is True
+    assert second.claims_since_progress == 2
+    assert second.run.status == "running"
+    # Not before the lease expired (database clock).
+    assert second.now >= first.now + timedelta(seconds=0.3)
+    # started_at is set once, on the first claim.
+    assert close_to(second.run.started_at, first.run.started_at)
+    assert await event_types(backend, run.id) == [
+        "created",
+        "claimed",
+        "lease_expired",
+        "claimed",
+    ]
+    # The zombie is fenced out.
+    stale = await transition(backend, first, Complete(js("zombie")))
+    assert stale.ok is False
+    stored = await backend.get_run(run.id)
+    assert stored is not None
+    assert stored.status == "running"
+    assert stored.output is None
+
+
+async def test_claim_returns_journal_and_open_waits(backend: Backend) -> None:
+    run = await create(backend)
+    held = await claim_one(backend)
+    now = await backend.now()
+    timeout_at = now + timedelta(hours=1)
+    result = await transition(
+        backend,
+        held,
+        Park("event", now - timedelta(seconds=1)),
+        steps=(completed("b", {"v": 2}), completed("a", [1])),
+        waits=(WaitWrite("sig", "approved", js({"ok": True}), timeout_at),),
+    )
+    assert result.ok
+    again = await claim_one(backend)
+    assert again.run.id == run.id
+    assert again.recovered is False
+    assert [(s.name, s.kind, s.status, s.output) for s in again.journal] == [
+        ("b", "run", "completed", {"v": 2}),
+        ("a", "run", "completed", [1]),
+    ]
+    assert len(again.waits) == 1
+    wait = again.waits[0]
+    assert (wait.key, wait.event, wait.match) == ("sig", "approved", {"ok": True})
+    assert close_to(wait.timeout_at, timeout_at)
+    assert again.run.wake_reason is None  # cleared by the claim
+    stored = await backend.get_run(run.id)
+    assert stored is not None
+    assert stored.wake_reason is None
+
+
+async def test_claims_since_progress_counts_claims_until_a_commit(backend: Backend) -> None:
+    await create(backend)
+    c1 = await claim_one(backend, lease=0.2)
+    assert c1.claims_since_progress == 1
+    c2 = await claim_eventually(backend, lease=0.2)
+    assert c2.claims_since_progress == 2
+    c3 = await claim_eventually(backend, lease=30)
+    assert c3.claims_since_progress == 3
+    assert c3.lease_token == 3
+    # Any committed transition resets the counter to 0; the next claim makes it 1.
+    assert (await transition(backend, c3, steps=(completed("s", 1),))).ok
+    assert (await transition(backend, c3, Release())).ok
+    c4 = await claim_one(backend)
+    assert c4.claims_since_progress == 1
+    assert c4.recovered is False
+
+
+async def test_retrying_step_rows_come_back_in_the_claim(backend: Backend) -> None:
+    await create(backend)
+    held = await claim_one(backend)
+    retry_row = StepWrite("s", "run", "retrying", None, {"type": "E", "message": "m"}, 2)
+    assert (await transition(backend, held, Release(), steps=(retry_row,))).ok
+    again = await claim_one(backend)
+    assert [(s.name, s.status, s.attempts, s.error) for s in again.journal] == [
+        ("s", "retrying", 2, {"type": "E", "message": "m"})
+    ]
+
+
+# --------------------------------------------------------------------------- next_wake_at
+
+
+async def test_next_wake_at(backend: Backend) -> None:
+    assert await backend.next_wake_at([("wf", 1)]) is None
+    now = await backend.now()
+    later = await create(backend, run_at=now + timedelta(minutes=30))
+    await create(backend, "other", run_at=now + timedelta(minutes=1))
+    assert close_to(await backend.next_wake_at([("wf", 1)]), later.wake_at)
+    assert close_to(
+        await backend.next_wake_at([("wf", 1), ("other", 1)]), now + timedelta(minutes=1)
+    )
+    assert await backend.next_wake_at([("wf", 2)]) is None
+    assert await backend.next_wake_at([]) is None
+
+    sooner = await create(backend, run_at=now + timedelta(minutes=5))
+    assert close_to(await backend.next_wake_at([("wf", 1)]), sooner.wake_at)
+
+    # A running run's available_at is its lease expiry.
+    due = await create(backend, run_at=now - timedelta(minutes=1))
+    held = await claim_one(backend, lease=120)
+    assert held.run.id == due.id
+    assert close_to(
+        await backend.next_wake_at([("wf", 1)]), held.now + timedelta(seconds=120), tol=_TOL
+    )
+    # Ended runs are not scheduled.
+    assert (await transition(backend, held, Complete(js(None)))).ok
+    assert close_to(await backend.next_wake_at([("wf", 1)]), sooner.wake_at)
+
+
+async def test_next_wake_at_ignores_runs_waiting_only_for_an_event(backend: Backend) -> None:
+    await create(backend)
+    held = await claim_one(backend)
+    assert (await transition(backend, held, Park("event"), waits=(WaitWrite("w", "e"),))).ok
+    stored = await backend.get_run(held.run.id)
+    assert stored is not None
+    assert stored.status == "waiting"
+    assert stored.wake_at is None
+    now = await backend.now()
+    found = await backend.next_wake_at([("wf", 1)])
+    # "None (nothing scheduled)": an event-only wait has no due time.
+    assert found is None or found > now + timedelta(days=365), found
+
+
+async def test_running_run_becomes_due_when_its_lease_expires(backend: Backend) -> None:
+    await create(backend)
+    held = await claim_one(backend, lease=0.3)
+    expected = held.now + timedelta(seconds=0.3)
+    found = await backend.next_wake_at([("wf", 1)])
+    assert close_to(found, expected, tol=_TOL)
+    await clock_passes(backend, expected)
+    again = await claim_eventually(backend, worker="w2")
+    assert again.run.id == held.run.id
+    assert again.now >= expected
+
+
+async def test_two_instances_racing_for_expired_leases_reclaim_each_once(
+    backend: Backend, backend_factory: BackendFactory
+) -> None:
+    other = await backend_factory()
+    ids = {(await create(backend, input=i)).id for i in range(30)}
+    first = await claim(backend, worker="dead", lease=0.2, limit=30)
+    assert {c.run.id for c in first} == ids
+    await clock_passes(backend, max(c.now for c in first) + timedelta(seconds=0.2))
+
+    async def claimer(instance: Backend, worker: str) -> list[Claim]:
+        mine: list[Claim] = []
+        while True:
+            got = await claim(instance, worker=worker, lease=60, limit=4)
+            if not got:
+                return mine
+            mine.extend(got)
+
+    results = await asyncio.gather(
+        *(claimer(backend if i % 2 else other, f"w{i}") for i in range(6))
+    )
+    claims = [c for batch in results for c in batch]
+    assert sorted(c.run.id for c in claims) == sorted(ids)
+    assert all(c.lease_token == 2 and c.recovered for c in claims)
+    for run_id in list(ids)[:5]:
+        assert (await event_types(backend, run_id)).count("lease_expired") == 1
