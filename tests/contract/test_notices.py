@@ -164,3 +164,23 @@ async def test_unsubscribe_stops_delivery(backend: Backend, other: Backend) -> N
     await wait_until(lambda: still.has("wake", second.id))
     assert stopped.items == []
     await unsubscribe_still()
+
+
+async def test_cancel_cascade_notifies_every_cancelled_run(
+    backend: Backend, other: Backend
+) -> None:
+    notices, unsubscribe = await _listen(backend, other)
+    parent = await create(backend)
+    held = await claim_one(backend)
+    child = new_run("child", parent_id=parent.id, parent_step="c")
+    assert (await transition(backend, held, Park("child"), children=(child,))).ok
+    assert (await claim_one(backend, workflows=(("child", 1),))).run.id == child.id
+    assert await backend.cancel_run(parent.id) is True
+    await wait_until(
+        lambda: all(
+            notices.has(kind, run_id)
+            for kind in ("cancel", "done")
+            for run_id in (parent.id, child.id)
+        )
+    )
+    await unsubscribe()

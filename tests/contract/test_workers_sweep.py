@@ -17,6 +17,7 @@ from .helpers import (
     create,
     event_types,
     js,
+    new_run,
     transition,
 )
 
@@ -190,3 +191,24 @@ async def test_sweep_respects_limit(backend: Backend) -> None:
 
 async def test_sweep_on_an_empty_database(backend: Backend) -> None:
     assert await backend.sweep(0) == 0
+
+
+async def test_sweeping_a_parent_never_touches_its_live_children(backend: Backend) -> None:
+    parent = await create(backend, retention_days=0)
+    held = await claim_one(backend)
+    child = new_run("child", input=1, parent_id=parent.id, parent_step="c")
+    assert (await transition(backend, held, Complete(js("p")), children=(child,))).ok
+    stored = await backend.get_run(parent.id)
+    assert stored is not None
+    assert stored.completed_at is not None
+    await clock_passes(backend, stored.completed_at)
+    assert await backend.sweep(30) == 1
+    assert await _gone(backend, parent.id)
+    kid = await backend.get_run(child.id)
+    assert kid is not None
+    assert kid.status == "pending"
+    assert kid.parent_id == parent.id
+    # The orphan still runs to its end.
+    got = await claim_one(backend, workflows=(("child", 1),))
+    assert got.run.id == child.id
+    assert (await transition(backend, got, Complete(js("c")))).ok

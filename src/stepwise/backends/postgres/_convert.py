@@ -21,6 +21,7 @@ from ...errors import (
     RunNotFound,
     StepwiseError,
     ValidationError,
+    WorkflowNotRegistered,
 )
 from ...records import (
     Claim,
@@ -62,9 +63,10 @@ def translate_error(exc: BaseException) -> StepwiseError:
     """The stepwise error for a driver error (the one place SQLSTATEs are mapped).
 
     ``SW001`` → `ValidationError`, ``SW002`` → `RunNotFound`, ``SW003`` →
-    `IdempotencyConflict`; data errors (class 22) and constraint checks (23502,
-    23514) → `ValidationError`; everything else (connection loss, deadlock after
-    retries, ...) → `BackendError`. The caller chains the driver error as __cause__.
+    `IdempotencyConflict`, ``SW004`` → `WorkflowNotRegistered`; data errors (class
+    22) and constraint checks (23502, 23514) → `ValidationError`; everything else
+    (connection loss, deadlock after retries, ...) → `BackendError`. The caller
+    chains the driver error as __cause__.
     """
     if isinstance(exc, psycopg.Error):
         state = exc.sqlstate or ""
@@ -76,6 +78,8 @@ def translate_error(exc: BaseException) -> StepwiseError:
             return RunNotFound(detail)
         if state == "SW003":
             return IdempotencyConflict(primary, detail)
+        if state == "SW004":
+            return WorkflowNotRegistered(primary)
         if state.startswith("22") or state in ("23502", "23514"):
             return ValidationError(f"the database rejected a value: {primary}")
         return BackendError(f"PostgreSQL error ({state or type(exc).__name__}): {primary}")

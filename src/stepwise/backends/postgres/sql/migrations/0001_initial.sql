@@ -143,7 +143,7 @@ CREATE TABLE signals (
 CREATE INDEX signals_run_idx ON signals (run_id, event, id);
 
 CREATE TABLE subscriptions (
-    pattern    text NOT NULL CHECK (pattern <> ''),
+    pattern    text NOT NULL CHECK (pattern ~ '^[A-Za-z0-9_.*-]{1,128}$'),
     workflow   text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (pattern, workflow)
@@ -364,6 +364,42 @@ BEGIN
 END
 $$;
 
+-- The SQL producer (psql, any language): start a run of a registered workflow by
+-- name with the highest registered version and its defaults (priority, retention,
+-- deadline), idempotently per (workflow, idempotency key). Returns the run id.
+-- Example: SELECT stepwise.start_run('onboard-user', '{"email": "a@b.c"}');
+CREATE FUNCTION start_run(
+    p_workflow text, p_input jsonb DEFAULT 'null', p_idempotency_key text DEFAULT NULL,
+    p_priority integer DEFAULT NULL, p_run_at timestamptz DEFAULT NULL
+) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_definition workflows;
+    v_result record;
+BEGIN
+    IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION 'invalid workflow name %: use 1-128 letters, digits, ''_'', ''.'' or ''-'', starting with a letter or digit',
+            quote_nullable(left(p_workflow, 200)) USING ERRCODE = 'SW001';
+    END IF;
+    IF p_idempotency_key IS NOT NULL AND (length(p_idempotency_key) > 255 OR p_idempotency_key = '') THEN
+        RAISE EXCEPTION 'the idempotency key must be 1-255 characters' USING ERRCODE = 'SW001';
+    END IF;
+    SELECT * INTO v_definition FROM workflows WHERE name = p_workflow
+    ORDER BY version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % is not registered: start a worker that serves it once so the database knows it',
+            quote_literal(p_workflow) USING ERRCODE = 'SW004';
+    END IF;
+    SELECT * INTO v_result FROM create_run(
+        new_run_id(), p_workflow, v_definition.version, coalesce(p_input, 'null'::jsonb),
+        coalesce(p_priority, (v_definition.options->>'priority')::integer, 100),
+        p_idempotency_key, 0, p_run_at,
+        (v_definition.options->>'deadline_seconds')::double precision, NULL,
+        coalesce((v_definition.options->>'retention_days')::integer, 30));
+    RETURN (v_result.run).id;
+END
+$$;
+
 -- ---------------------------------------------------------------------- signals
 
 -- Resolve the wait p_key of a locked live run with p_payload: a completed journal
@@ -395,8 +431,9 @@ DECLARE
     v_run runs;
     v_key text;
 BEGIN
-    IF p_event IS NULL OR p_event = '' THEN
-        RAISE EXCEPTION 'the event name must not be empty' USING ERRCODE = 'SW001';
+    IF p_event IS NULL OR p_event !~ '^[A-Za-z0-9._-]{1,128}$' THEN
+        RAISE EXCEPTION 'invalid event name %: use 1-128 letters, digits, ''.'', ''_'' or ''-''',
+            quote_nullable(left(p_event, 200)) USING ERRCODE = 'SW001';
     END IF;
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'the payload must be a JSON value, not SQL NULL' USING ERRCODE = 'SW001';
@@ -441,8 +478,9 @@ DECLARE
     v_key text;
     v_new record;
 BEGIN
-    IF p_event IS NULL OR p_event = '' THEN
-        RAISE EXCEPTION 'the event name must not be empty' USING ERRCODE = 'SW001';
+    IF p_event IS NULL OR p_event !~ '^[A-Za-z0-9._-]{1,128}$' THEN
+        RAISE EXCEPTION 'invalid event name %: use 1-128 letters, digits, ''.'', ''_'' or ''-''',
+            quote_nullable(left(p_event, 200)) USING ERRCODE = 'SW001';
     END IF;
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'the payload must be a JSON value, not SQL NULL' USING ERRCODE = 'SW001';
