@@ -197,6 +197,20 @@ class ClaimParams:
 
 
 @dataclass(frozen=True, slots=True)
+class DeferParams:
+    """Parameters of `Backend.defer_unavailable`.
+
+    ``workflows`` are the (name, version) pairs the worker can execute; runs of those
+    names with another version, due for at least ``grace_seconds``, are deferred.
+    """
+
+    worker_id: str
+    workflows: tuple[tuple[str, int], ...]
+    grace_seconds: float = 5.0
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """A registered `wait_for_event` of a run that no signal has resolved yet."""
 

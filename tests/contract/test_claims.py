@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from stepwise.backends.base import Backend
-from stepwise.records import Claim, Complete, Park, Release, StepWrite, WaitWrite
+from stepwise.records import Claim, Complete, DeferParams, Park, Release, StepWrite, WaitWrite
 
 from .helpers import (
     BackendFactory,
@@ -325,3 +325,122 @@ async def test_two_instances_racing_for_expired_leases_reclaim_each_once(
     assert all(c.lease_token == 2 and c.recovered for c in claims)
     for run_id in list(ids)[:5]:
         assert (await event_types(backend, run_id)).count("lease_expired") == 1
+
+
+# --------------------------------------------------------------------------- defer_unavailable
+
+
+async def _defer(
+    backend: Backend,
+    workflows: tuple[tuple[str, int], ...] = (("wf", 1),),
+    grace: float = 5.0,
+    limit: int = 100,
+    worker: str = "w1",
+) -> list[str]:
+    return await backend.defer_unavailable(DeferParams(worker, workflows, grace, limit))
+
+
+async def test_defer_unavailable_parks_due_runs_of_unserved_versions(backend: Backend) -> None:
+    now = await backend.now()
+    old = now - timedelta(seconds=30)
+    v2 = (await backend.create_run(new_run("wf", 2, run_at=old))).run
+    served = await create(backend, run_at=old)  # (wf, 1) is served
+    other_name = (await backend.create_run(new_run("other", 2, run_at=old))).run
+    fresh = (await backend.create_run(new_run("wf", 3))).run  # due, but not for 5 s yet
+    future = (await backend.create_run(new_run("wf", 4, run_at=now + timedelta(hours=1)))).run
+    ended = (await backend.create_run(new_run("wf", 5, run_at=old))).run
+    assert await backend.cancel_run(ended.id)
+
+    before = await backend.now()
+    deferred = await _defer(backend, worker="w-old")
+    after = await backend.now()
+    assert deferred == [v2.id]
+
+    stored = await backend.get_run(v2.id)
+    assert stored is not None
+    assert (stored.status, stored.wake_reason, stored.version) == ("waiting", "version", 2)
+    assert stored.wake_at is not None
+    slack = timedelta(milliseconds=5)
+    assert before + timedelta(seconds=5) - slack <= stored.wake_at
+    assert stored.wake_at <= after + timedelta(seconds=5) + slack
+    events = await backend.get_events(v2.id)
+    assert events[-1].type == "version_unavailable"
+    assert events[-1].data["worker"] == "w-old"
+    assert events[-1].data["version"] == 2
+    assert events[-1].data["retry_in"] == 5
+
+    for run_id, status in (
+        (served.id, "pending"),
+        (other_name.id, "pending"),
+        (fresh.id, "pending"),
+        (future.id, "pending"),
+        (ended.id, "cancelled"),
+    ):
+        run = await backend.get_run(run_id)
+        assert run is not None
+        assert run.status == status, run_id
+        assert "version_unavailable" not in await event_types(backend, run_id)
+    # A worker that serves version 2 can still take it once it is due.
+    assert await claim(backend, workflows=(("wf", 2),)) == []
+
+
+async def test_defer_unavailable_backs_off_exponentially_up_to_300s(backend: Backend) -> None:
+    v2 = (await backend.create_run(new_run("wf", 2))).run
+    served = (("wf", 2),)
+    delays = []
+    for i in range(8):
+        # A worker serving version 2 parks it on a wait, due at once...
+        held = await claim_one(backend, worker="w2", workflows=served)
+        past = (await backend.now()) - timedelta(seconds=1)
+        wait = WaitWrite(f"k{i}", "poke")
+        assert (await transition(backend, held, Park("event", past), waits=(wait,))).ok
+        # ... a worker without version 2 defers it ...
+        assert await _defer(backend, grace=0) == [v2.id]
+        stored = await backend.get_run(v2.id)
+        assert stored is not None
+        now = await backend.now()
+        assert stored.wake_at is not None
+        delays.append(round((stored.wake_at - now).total_seconds()))
+        # ... and a signal makes it due again.
+        assert await backend.deliver_signal(v2.id, "poke", js(i)) == "resolved"
+    assert delays == [5, 10, 20, 40, 80, 160, 300, 300]
+    events = await backend.get_events(v2.id)
+    retry_in = [e.data["retry_in"] for e in events if e.type == "version_unavailable"]
+    assert retry_in == [5, 10, 20, 40, 80, 160, 300, 300]
+    stored = await backend.get_run(v2.id)
+    assert stored is not None
+    assert stored.status == "waiting"  # never failed
+
+
+async def test_defer_unavailable_respects_limit_and_served_names(backend: Backend) -> None:
+    ids = [(await backend.create_run(new_run("wf", 2))).run.id for _ in range(5)]
+    await backend.create_run(new_run("elsewhere", 2))
+    first = await _defer(backend, grace=0, limit=2)
+    second = await _defer(backend, grace=0, limit=2)
+    third = await _defer(backend, grace=0, limit=2)
+    assert len(first) == 2
+    assert len(second) == 2
+    assert len(third) == 1
+    assert sorted(first + second + third) == sorted(ids)
+    assert await _defer(backend, grace=0) == []
+    assert await _defer(backend, workflows=(), grace=0) == []
+
+
+async def test_defer_unavailable_takes_expired_leases_not_live_ones(backend: Backend) -> None:
+    live = (await backend.create_run(new_run("wf", 2))).run
+    live_claim = await claim_one(backend, worker="w2", lease=60, workflows=(("wf", 2),))
+    assert live_claim.run.id == live.id
+    dead = (await backend.create_run(new_run("wf", 2))).run
+    dead_claim = await claim_one(backend, worker="w3", lease=0.2, workflows=(("wf", 2),))
+    assert dead_claim.run.id == dead.id
+    await clock_passes(backend, dead_claim.now + timedelta(seconds=0.2))
+
+    assert await _defer(backend, grace=0) == [dead.id]
+    stored = await backend.get_run(dead.id)
+    assert stored is not None
+    assert (stored.status, stored.wake_reason) == ("waiting", "version")
+    # The dead holder is fenced out; the live holder keeps its lease.
+    assert (await transition(backend, dead_claim, Complete(js("zombie")))).ok is False
+    assert await backend.extend_leases("w3", [(dead.id, dead_claim.lease_token)], 30) == set()
+    assert await backend.extend_leases("w2", [(live.id, live_claim.lease_token)], 30) == {live.id}
+    assert (await transition(backend, live_claim, Complete(js("ok")))).ok

@@ -455,7 +455,9 @@ async def test_list_runs_input_match_uses_json_containment(backend: Backend) -> 
 
 
 async def test_workflow_summaries_count_every_status(backend: Backend) -> None:
-    await backend.register_workflows([WorkflowRecord("alpha", 1), WorkflowRecord("wf", 2)])
+    await backend.register_workflows(
+        [WorkflowRecord("alpha", 1), WorkflowRecord("alpha", 2), WorkflowRecord("wf", 2)]
+    )
     beta = (("beta", 1),)
 
     done = await create(backend, "beta")
@@ -503,3 +505,12 @@ async def test_workflow_summaries_count_every_status(backend: Backend) -> None:
 
 async def test_workflow_summaries_empty_database(backend: Backend) -> None:
     assert await backend.workflow_summaries() == []
+
+
+async def test_idempotency_key_still_names_an_ended_run(backend: Backend) -> None:
+    first = await backend.create_run(new_run(input=1, idempotency_key="k"))
+    assert await backend.cancel_run(first.run.id)
+    again = await backend.create_run(new_run(input=1, idempotency_key="k"))
+    assert again.created is False
+    assert again.run.id == first.run.id
+    assert again.run.status == "cancelled"

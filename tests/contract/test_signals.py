@@ -361,6 +361,8 @@ async def test_publish_starts_one_run_per_workflow_even_if_several_patterns_matc
 
 
 async def test_topic_patterns_match_star_only(backend: Backend) -> None:
+    # Names arrive validated (stepwise.names): letters, digits, '.', '_', '-', and '*' in
+    # patterns. '_' must still match only itself (it is a LIKE wildcard).
     patterns = {
         "order.*": "p_prefix",
         "*.created": "p_suffix",
@@ -698,3 +700,32 @@ async def test_two_buffered_signals_satisfy_two_new_waits(backend: Backend) -> N
     assert sorted(s.output for s in steps) == ["s1", "s2"]
     again = await claim_one(backend)
     assert again.waits == ()
+
+
+async def test_cancelling_a_child_of_a_running_parent_keeps_the_parent_lease(
+    backend: Backend,
+) -> None:
+    parent = await create(backend)
+    held = await claim_one(backend, lease=30)
+    child = new_run("child", input=None, parent_id=parent.id, parent_step="kid")
+    assert (await transition(backend, held, children=(child,))).ok
+    assert await backend.cancel_run(child.id) is True
+    steps = await backend.get_steps(parent.id)
+    assert [(s.name, s.status) for s in steps] == [("kid", "failed")]
+    stored = await backend.get_run(parent.id)
+    assert stored is not None
+    assert stored.status == "running"
+    assert await claim(backend, worker="w-other") == []
+    assert await backend.extend_leases("w1", [(parent.id, held.lease_token)], 30) == {parent.id}
+    assert (await transition(backend, held, Complete(js("ok")))).ok
+
+
+async def test_publish_starts_only_registered_workflows(backend: Backend) -> None:
+    await backend.register_workflows([WorkflowRecord("real", 1)])
+    assert await backend.subscribe_topic("evt", "ghost")
+    assert await backend.subscribe_topic("evt", "real")
+    published = await backend.publish("evt", js(1))
+    assert len(published.started) == 1
+    run = await backend.get_run(published.started[0])
+    assert run is not None
+    assert run.workflow == "real"

@@ -816,3 +816,41 @@ async def test_extend_leases_moves_the_expiry(backend: Backend) -> None:
     found = await backend.next_wake_at([("wf", 1)])
     assert found is not None
     assert now + timedelta(seconds=590) <= found <= now + timedelta(seconds=600)
+
+
+async def test_one_transition_writing_a_key_twice(backend: Backend) -> None:
+    run = await create(backend)
+    held = await claim_one(backend)
+    retry_then_done = (
+        StepWrite("r", "run", "retrying", None, ERROR, 1),
+        completed("r", "done", attempts=2),
+    )
+    done_twice = (completed("d", "first"), completed("d", "second"))
+    assert (await transition(backend, held, steps=retry_then_done + done_twice)).ok
+    steps = {s.name: s for s in await backend.get_steps(run.id)}
+    assert (steps["r"].status, steps["r"].output, steps["r"].attempts) == ("completed", "done", 2)
+    assert (steps["d"].status, steps["d"].output) == ("completed", "first")
+
+
+async def test_retry_wakes_at_its_wake_at(backend: Backend) -> None:
+    now = await backend.now()
+    run = await create(backend, deadline_at=now + timedelta(minutes=10))
+    held = await claim_one(backend)
+    wake = now + timedelta(minutes=30)
+    assert (await transition(backend, held, Retry(wake, ERROR))).ok
+    stored = await backend.get_run(run.id)
+    assert stored is not None
+    # "Retry: ... available_at = wake_at" (unlike Park, the deadline is not mentioned).
+    assert close_to(stored.wake_at, wake)
+
+
+async def test_an_expired_lease_not_yet_taken_over_can_still_be_renewed(
+    backend: Backend,
+) -> None:
+    run = await create(backend)
+    held = await claim_one(backend, lease=0.2)
+    await clock_passes(backend, held.now + timedelta(seconds=0.3))
+    # Still running under the same token: held, so renewed.
+    assert await backend.extend_leases("w1", [(run.id, held.lease_token)], 30) == {run.id}
+    assert await claim(backend, worker="w2") == []
+    assert (await transition(backend, held, Complete(js("ok")))).ok

@@ -274,3 +274,32 @@ def test_step_attempt_limit(database) -> None:  # type: ignore[no-untyped-def]
         assert len(app.get_steps(handle.id)) == 5
     finally:
         app.close()
+
+
+def test_a_worker_without_the_runs_version_leaves_it_waiting(database) -> None:  # type: ignore[no-untyped-def]
+    old = App(database.url, schema=database.schema, sweep_interval=0)
+    new = App(database.url, schema=database.schema, sweep_interval=0)
+
+    @old.workflow(name="evolving", version=1)
+    async def v1(ctx: Context, _: None) -> str:
+        return "v1"
+
+    @new.workflow(name="evolving", version=2)
+    async def v2(ctx: Context, _: None) -> str:
+        return await ctx.step.run("s", lambda: "v2")
+
+    try:
+        handle = new.start("evolving")
+        worker = old.worker()
+        worker.unavailable_grace = 0.1
+        with worker:
+            run = wait_for(lambda: (r := handle.get()).status == "waiting" and r)
+        assert run.wake_reason == "version" and run.version == 2
+        events = [e for e in new.get_events(handle.id) if e.type == "version_unavailable"]
+        assert events and events[0].data["retry_in"] == 5
+        assert new.get_steps(handle.id) == []
+        with new.worker():
+            assert handle.result(timeout=20) == "v2"  # waits out the backoff, never failed
+    finally:
+        old.close()
+        new.close()

@@ -31,6 +31,7 @@ from ..records import (
     Claim,
     ClaimParams,
     CreateResult,
+    DeferParams,
     Event,
     ListRunsParams,
     NewRun,
@@ -263,6 +264,19 @@ class Backend(abc.ABC):
         * `Retry`: status ``waiting``, ``wake_reason`` ``retry``, ``attempt`` + 1,
           ``error`` = the error, ``available_at`` = wake_at, lease cleared.
         * `Release`: lease cleared and claimable now, status ``waiting``, no wake reason.
+        """
+
+    @abc.abstractmethod
+    async def defer_unavailable(self, params: DeferParams) -> list[str]:
+        """Park runs that no worker with their version has claimed.
+
+        Due runs (as `claim_runs` judges them, but due since at least
+        ``params.grace_seconds``) whose workflow name is among ``params.workflows``
+        but whose (name, version) pair is not, at most ``params.limit``: status
+        ``waiting``, ``wake_reason`` ``version``, lease cleared, ``available_at`` = now
+        + min(300, 5 * 2**n) seconds where n counts the run's earlier
+        ``version_unavailable`` events, and a ``version_unavailable`` event (data:
+        worker, version, retry_in). Never fails a run. Returns the deferred ids.
         """
 
     @abc.abstractmethod

@@ -34,7 +34,7 @@ from ..engine.runner import Runner, RunServices
 from ..errors import BackendError, ConfigurationError, ValidationError
 from ..ids import new_worker_id
 from ..names import validate_pattern
-from ..records import ClaimParams, Notice, Release, Transition, WorkerInfo
+from ..records import ClaimParams, DeferParams, Notice, Release, Transition, WorkerInfo
 from .committer import Committer
 
 if TYPE_CHECKING:
@@ -114,6 +114,9 @@ class Worker:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self.claimed = 0
+        #: how long a run of an unknown version may stay due before it is deferred
+        self.unavailable_grace = 5.0
+        self._deferred_at = -1e9
 
     # ------------------------------------------------------------------ public lifecycle
 
@@ -313,6 +316,8 @@ class Worker:
                     self._start(claim, services)
                 if len(claims) == free:
                     continue  # there may be more; loop and wait for a slot
+                if not claims:
+                    await self._defer_unavailable(backend, pairs)
                 timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
             await self._sleep(timeout)
 
@@ -342,6 +347,30 @@ class Worker:
             await asyncio.wait_for(self._wakeup.wait(), timeout)
         except TimeoutError:
             pass
+
+    async def _defer_unavailable(
+        self, backend: Backend, pairs: tuple[tuple[str, int], ...]
+    ) -> None:
+        """When idle, park runs of our workflow names whose version we lack (and that no
+        worker with it took within the grace period): they wait with a backoff and a
+        ``version_unavailable`` event, and are never failed for it. Throttled."""
+        now = time.monotonic()
+        if now - self._deferred_at < self.unavailable_grace:
+            return
+        self._deferred_at = now
+        try:
+            deferred = await backend.defer_unavailable(
+                DeferParams(self.id, pairs, grace_seconds=self.unavailable_grace)
+            )
+        except BackendError as exc:
+            log.warning("could not check for runs of unavailable versions: %s", exc)
+            return
+        if deferred:
+            log.warning(
+                "%d run(s) of versions no live worker has are waiting: %s",
+                len(deferred),
+                ", ".join(deferred[:5]),
+            )
 
     def _note_wake(self, when: datetime | None) -> None:
         if when is None:

@@ -39,6 +39,7 @@ from ...records import (
     Claim,
     ClaimParams,
     CreateResult,
+    DeferParams,
     Event,
     ListRunsParams,
     NewRun,
@@ -537,6 +538,21 @@ class PostgresBackend(Backend):
                 for index, steps in by_index.items():
                     results[index] = TransitionResult(ok=True, existing=tuple(steps))
         return [r if r is not None else TransitionResult(ok=False) for r in results]
+
+    async def defer_unavailable(self, params: DeferParams) -> list[str]:
+        if params.limit <= 0 or not params.workflows:
+            return []
+        rows = await self._all(
+            QUERIES["defer_unavailable"],
+            {
+                **_pairs(params.workflows),
+                "names": sorted({name for name, _ in params.workflows}),
+                "worker": params.worker_id,
+                "grace": float(params.grace_seconds),
+                "limit": int(params.limit),
+            },
+        )
+        return [str(row[0]) for row in rows]
 
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         if not workflows:

@@ -13,6 +13,7 @@ from ...records import (
     Claim,
     ClaimParams,
     Complete,
+    DeferParams,
     Fail,
     Park,
     Release,
@@ -337,3 +338,31 @@ def _finish(
             "created_at": fence["created_at"],
         }
         write_child_result(s, child, now, output_json=output, error=error)
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def defer_unavailable(s: Session, params: DeferParams) -> list[str]:
+    if params.limit <= 0 or not params.workflows:
+        return []
+    names = json.dumps(sorted({name for name, _ in params.workflows}))
+    query = {"names": names, "pairs": _pairs_json(params.workflows), "limit": params.limit}
+    if (
+        s.one(QUERIES["defer_select"], {**query, "cutoff": s.clock() - params.grace_seconds})
+        is None
+    ):
+        return []  # the common case: a plain read, no write lock
+    deferred = []
+    with s.write() as now:
+        for row in s.all(QUERIES["defer_select"], {**query, "cutoff": now - params.grace_seconds}):
+            count = s.one(QUERIES["count_version_unavailable"], {"id": row["id"]})
+            delay = min(300.0, 5.0 * 2 ** int(count["n"] if count else 0))
+            s.run(
+                QUERIES["defer_update"],
+                {"id": row["id"], "available_at": micro(now + delay), "now": now},
+            )
+            data = {"worker": params.worker_id, "version": row["version"], "retry_in": delay}
+            add_event(s, row["id"], "version_unavailable", data, now)
+            deferred.append(row["id"])
+    return deferred

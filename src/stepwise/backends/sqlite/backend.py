@@ -33,6 +33,7 @@ from ...records import (
     Claim,
     ClaimParams,
     CreateResult,
+    DeferParams,
     Event,
     ListRunsParams,
     NewRun,
@@ -312,6 +313,9 @@ class SQLiteBackend(Backend):
         if not transitions:
             return []
         return await self._call(_worker_ops.apply, list(transitions))
+
+    async def defer_unavailable(self, params: DeferParams) -> list[str]:
+        return await self._call(_worker_ops.defer_unavailable, params)
 
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         if not workflows:

@@ -413,3 +413,42 @@ gone AS (
     DELETE FROM runs r USING doomed d WHERE r.id = d.id RETURNING r.id
 )
 SELECT count(*)::integer FROM gone
+
+-- name: defer_unavailable
+-- Park due runs of the served names whose version no served pair has (5 s doubling to 5 min).
+WITH due AS (
+    SELECT r.id, r.version
+    FROM runs r
+    WHERE r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= now() - make_interval(secs => %(grace)s)
+      AND r.workflow = ANY(%(names)s::text[])
+      AND (r.workflow, r.version) NOT IN (
+          SELECT p.workflow, p.version
+          FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))
+    ORDER BY r.available_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), delays AS (
+    SELECT d.id, d.version,
+           least(300, 5 * power(2, (SELECT count(*) FROM events e
+                                    WHERE e.run_id = d.id AND e.type = 'version_unavailable')))
+               AS delay
+    FROM due d
+), parked AS (
+    UPDATE runs r SET
+        status = 'waiting',
+        wake_reason = 'version',
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        available_at = now() + make_interval(secs => d.delay),
+        updated_at = now()
+    FROM delays d
+    WHERE r.id = d.id
+    RETURNING r.id, d.version, d.delay
+), logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT id, 'version_unavailable',
+           jsonb_build_object('worker', %(worker)s::text, 'version', version, 'retry_in', delay)
+    FROM parked
+)
+SELECT id FROM parked

@@ -474,3 +474,32 @@ DELETE FROM published WHERE created_at < :before
 -- name: sweep_workers
 -- Forget workers not seen for longer than the longest retention.
 DELETE FROM workers WHERE last_seen_at < :before
+
+-- name: defer_select
+-- Due runs of the served workflow names whose version is not among the served pairs.
+SELECT id, version
+FROM runs INDEXED BY runs_claim_idx
+WHERE status IN ('pending', 'waiting', 'running')
+    AND available_at <= :cutoff
+    AND workflow IN (SELECT value FROM json_each(:names))
+    AND (workflow, version) NOT IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+        FROM json_each(:pairs)
+    )
+ORDER BY available_at, id
+LIMIT :limit
+
+-- name: count_version_unavailable
+-- How many times a run was already deferred for want of its version.
+SELECT count(*) AS n FROM events WHERE run_id = :id AND type = 'version_unavailable'
+
+-- name: defer_update
+-- Park one run until a worker with its version may be up.
+UPDATE runs SET
+    status = 'waiting',
+    wake_reason = 'version',
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    available_at = :available_at,
+    updated_at = :now
+WHERE id = :id

@@ -1,0 +1,1 @@
+"""Chaos tests: real worker processes, really killed, on real databases."""
