@@ -440,6 +440,92 @@ def read_effects(directory: Path) -> list[Effect]:
     return found
 
 
+# --------------------------------------------------------------------------- a lab
+
+
+class Lab:
+    """One database, worker processes on it, and the oracle's views (focused tests).
+
+    ``spawn`` starts a worker process; ``close`` kills whatever is still running."""
+
+    def __init__(self, kind: str, url: str, schema: str, workdir: Path, **extra_env: str) -> None:
+        self.kind = kind
+        self.url = url
+        self.schema = schema
+        self.workdir = workdir
+        self.effects = workdir / "effects"
+        self.effects.mkdir(parents=True, exist_ok=True)
+        self.env = worker_env(kind, url, schema, self.effects, **extra_env)
+        self.app = workload.register(App(url, schema=schema))
+        self.app.migrate()
+        self.probe = Probe(kind, url, schema)
+        self.workers: list[WorkerProcess] = []
+
+    def spawn(
+        self, *, concurrency: int = 2, lease: float = 1.0, poll_interval: float | None = None
+    ) -> WorkerProcess:
+        worker = spawn_worker(
+            self.env,
+            self.workdir / "logs",
+            concurrency=concurrency,
+            lease=lease,
+            poll_interval=poll_interval,
+            name=str(len(self.workers)),
+        )
+        self.workers.append(worker)
+        return worker
+
+    def start(self, **spec: Any) -> str:
+        handle = self.app.start(workload.WORKFLOW, spec)
+        return handle.id
+
+    def effects_of(self, run_id: str, key: str | None = None) -> list[Effect]:
+        return [
+            e
+            for e in read_effects(self.effects)
+            if e.run_id == run_id and (key is None or e.key == key)
+        ]
+
+    def journal(self, run_id: str) -> dict[str, Any]:
+        rows = self.probe.retry(
+            "SELECT key, CAST(output AS text) FROM steps WHERE run_id = ?", (run_id,)
+        )
+        return {key: _json(output) for key, output in rows}
+
+    def status(self, run_id: str) -> tuple[str, dict[str, Any] | None]:
+        rows = self.probe.retry(
+            "SELECT status, CAST(error AS text) FROM runs WHERE id = ?", (run_id,)
+        )
+        status, error = rows[0]
+        return status, _json(error)
+
+    def events(self, run_id: str, kind: str) -> int:
+        rows = self.probe.retry(
+            "SELECT count(*) FROM events WHERE run_id = ? AND type = ?", (run_id, kind)
+        )
+        return int(rows[0][0])
+
+    def wait_status(self, run_id: str, status: str, timeout: float = 60) -> None:
+        try:
+            wait_until(lambda: self.status(run_id)[0] == status, timeout, f"run {status}")
+        except AssertionError:
+            raise AssertionError(
+                f"run {run_id} is {self.status(run_id)} after {timeout:g}s, not {status}\n"
+                + dump_state(self.probe)
+                + "".join(f"\n--- worker {w.pid} ---\n{w.log_tail()}" for w in self.workers)
+            ) from None
+
+    def close(self) -> None:
+        for worker in self.workers:
+            if worker.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGCONT)
+                worker.kill()
+                worker.proc.wait(10)
+        self.app.close()
+        self.probe.close()
+
+
 # --------------------------------------------------------------------------- the run
 
 

@@ -15,7 +15,8 @@ The input (a dict) steers faults:
 * ``wait``: include the ``go`` wait (default True);
 * ``hang``: a step key whose *first* execution (per run) sleeps ``hang_for`` seconds
   (default 60) after recording its side effect: the window for a SIGKILL or SIGSTOP;
-* ``exit``: a step key whose body calls ``os._exit(1)`` every time (a poison run).
+* ``exit``: a step key whose body calls ``os._exit(1)`` every time, after its
+  ``work`` (a poison run).
 """
 
 from __future__ import annotations
@@ -80,13 +81,13 @@ def _first_execution(run_id: str, key: str) -> bool:
 def effect(run_id: str, key: str, spec: dict[str, Any]) -> str:
     """A step body: record the side effect, then do the configured work or fault."""
     token = _record(run_id, key)
-    if spec.get("exit") == key:
-        os._exit(1)
     if spec.get("hang") == key and _first_execution(run_id, key):
         time.sleep(float(spec.get("hang_for", 60)))
     work = float(spec.get("work", 0.02))
     if work > 0:
         time.sleep(work)
+    if spec.get("exit") == key:
+        os._exit(1)
     return token
 
 

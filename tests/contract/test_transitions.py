@@ -840,8 +840,8 @@ async def test_retry_wakes_at_its_wake_at(backend: Backend) -> None:
     assert (await transition(backend, held, Retry(wake, ERROR))).ok
     stored = await backend.get_run(run.id)
     assert stored is not None
-    # "Retry: ... available_at = wake_at" (unlike Park, the deadline is not mentioned).
-    assert close_to(stored.wake_at, wake)
+    # "Retry: ... available_at = the earlier of wake_at and deadline_at".
+    assert close_to(stored.wake_at, now + timedelta(minutes=10))
 
 
 async def test_an_expired_lease_not_yet_taken_over_can_still_be_renewed(

@@ -262,7 +262,9 @@ class Backend(abc.ABC):
           ``"run_id": child id``) and the parent becomes claimable now (unless it is
           running).
         * `Retry`: status ``waiting``, ``wake_reason`` ``retry``, ``attempt`` + 1,
-          ``error`` = the error, ``available_at`` = wake_at, lease cleared.
+          ``error`` = the error, ``available_at`` = the earlier of ``wake_at`` and
+          ``deadline_at`` (so a long backoff cannot outlive the deadline), lease
+          cleared.
         * `Release`: lease cleared and claimable now, status ``waiting``, no wake reason.
         """
 

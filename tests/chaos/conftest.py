@@ -1,0 +1,30 @@
+"""Fixtures of the chaos suite: a `Lab` on the test's database, a throwaway cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import Lab, ThrowawayPostgres, have_postgres_binaries
+from tests.conftest import Database
+
+
+@pytest.fixture
+def lab(database: Database, tmp_path: Path) -> Iterator[Lab]:
+    """Worker processes and the oracle on the ``database`` fixture's database."""
+    instance = Lab(database.kind, database.url, database.schema, tmp_path)
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+@pytest.fixture
+def throwaway_pg() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL cluster of the test's own (never the shared server), started."""
+    if not have_postgres_binaries():
+        pytest.skip("initdb / pg_ctl are not on PATH")
+    with ThrowawayPostgres() as pg:
+        yield pg
