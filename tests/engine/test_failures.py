@@ -303,3 +303,43 @@ def test_a_worker_without_the_runs_version_leaves_it_waiting(database) -> None: 
     finally:
         old.close()
         new.close()
+
+
+def test_heartbeats_keep_a_long_step_from_being_taken_over(database) -> None:  # type: ignore[no-untyped-def]
+    executions: Counter[str] = Counter()
+    apps = [App(database.url, schema=database.schema, sweep_interval=0) for _ in range(2)]
+
+    def long_blocking_step() -> str:
+        executions["long"] += 1
+        time.sleep(1.5)  # three leases long, in a worker thread
+        return "done"
+
+    for each in apps:
+
+        @each.workflow
+        async def long_one(ctx: Context, _: None) -> str:
+            return await ctx.step.run("long", long_blocking_step)
+
+    try:
+        with apps[0].worker(lease="500ms"), apps[1].worker(lease="500ms"):
+            handle = apps[0].start("long_one")
+            assert handle.result(timeout=30) == "done"
+        assert executions["long"] == 1
+        types = [e.type for e in apps[0].get_events(handle.id)]
+        assert "lease_expired" not in types and types.count("claimed") == 1
+    finally:
+        for each in apps:
+            each.close()
+
+
+def test_deadline_fails_a_run_waiting_for_an_event(app: App) -> None:
+    @app.workflow
+    async def patient(ctx: Context, _: None) -> object:
+        return await ctx.step.wait_for_event("never")
+
+    with app.worker():
+        handle = app.start(patient, deadline="300ms")
+        with pytest.raises(WorkflowFailed) as info:
+            handle.result(timeout=20)
+    assert info.value.error["type"] == "DeadlineExceeded"
+    assert app.signal(handle.id, "never") is False
