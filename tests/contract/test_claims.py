@@ -444,3 +444,28 @@ async def test_defer_unavailable_takes_expired_leases_not_live_ones(backend: Bac
     assert await backend.extend_leases("w3", [(dead.id, dead_claim.lease_token)], 30) == set()
     assert await backend.extend_leases("w2", [(live.id, live_claim.lease_token)], 30) == {live.id}
     assert (await transition(backend, live_claim, Complete(js("ok")))).ok
+
+
+async def test_claim_racing_cancel_never_leaves_a_writable_cancelled_run(
+    backend: Backend, backend_factory: BackendFactory
+) -> None:
+    other = await backend_factory()
+    for i in range(10):
+        workflows = ((f"race{i}", 1),)
+        run = await create(backend, f"race{i}")
+        if i % 2:
+            claims, cancelled = await asyncio.gather(
+                claim(backend, workflows=workflows), other.cancel_run(run.id)
+            )
+        else:
+            cancelled, claims = await asyncio.gather(
+                other.cancel_run(run.id), claim(backend, workflows=workflows)
+            )
+        assert cancelled is True
+        stored = await backend.get_run(run.id)
+        assert stored is not None
+        assert stored.status == "cancelled"
+        for held in claims:
+            result = await transition(backend, held, Complete(js("late")))
+            assert result.ok is False
+        assert await claim(backend, workflows=workflows) == []

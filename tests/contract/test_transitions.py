@@ -843,6 +843,14 @@ async def test_retry_wakes_at_its_wake_at(backend: Backend) -> None:
     # "Retry: ... available_at = the earlier of wake_at and deadline_at".
     assert close_to(stored.wake_at, now + timedelta(minutes=10))
 
+    # A deadline after wake_at leaves wake_at alone.
+    later = await create(backend, "late", deadline_at=now + timedelta(hours=2))
+    held = await claim_one(backend, workflows=(("late", 1),))
+    assert (await transition(backend, held, Retry(wake, ERROR))).ok
+    stored = await backend.get_run(later.id)
+    assert stored is not None
+    assert close_to(stored.wake_at, wake)
+
 
 async def test_an_expired_lease_not_yet_taken_over_can_still_be_renewed(
     backend: Backend,
