@@ -541,21 +541,9 @@ class Runner:
             loop = asyncio.get_running_loop()
             call = functools.partial(contextvars.copy_context().run, fn)
             awaitable = loop.run_in_executor(self.services.executor, call)
-        if timeout is None:
-            result = await awaitable
-        else:
-            try:
-                result = await asyncio.wait_for(awaitable, timeout)
-            except TimeoutError:
-                raise StepTimeout(f"step {key!r} timed out after {timeout:g}s") from None
-        if inspect.isawaitable(result):
-            if timeout is None:
-                result = await result
-            else:
-                try:
-                    result = await asyncio.wait_for(result, timeout)
-                except TimeoutError:
-                    raise StepTimeout(f"step {key!r} timed out after {timeout:g}s") from None
+        result = await _within(awaitable, timeout, key)
+        if inspect.isawaitable(result):  # a sync function that returned an awaitable
+            result = await _within(result, timeout, key)
         return result
 
     async def _step_error(
@@ -701,6 +689,15 @@ class Runner:
 
 class StepTimeout(Exception):
     """A step attempt took longer than its ``timeout``."""
+
+
+async def _within(awaitable: Awaitable[Any], timeout: float | None, key: str) -> Any:
+    if timeout is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        raise StepTimeout(f"step {key!r} timed out after {timeout:g}s") from None
 
 
 def _stored(result: TransitionResult, key: str) -> Step | None:
