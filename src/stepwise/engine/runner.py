@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -162,6 +162,12 @@ class Runner:
         self._abandoned: str | None = None
         self._deadline_error: dict[str, Any] | None = None
         self._body: asyncio.Task[Any] | None = None
+        # Journal rows of completed steps not committed yet: they ride along with the
+        # next transition (the next step's, or the park/complete/fail that ends the
+        # pass), or a short timer commits them; see `_defer`.
+        self._pending: list[StepWrite] = []
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flushing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ clock
 
@@ -406,6 +412,9 @@ class Runner:
             if isinstance(outcome, Transition)
             else Transition(self.run.id, self.token, outcome=outcome)
         )
+        if self._flushing is not None:
+            await asyncio.wait({self._flushing})
+        transition = self._with_pending(transition)
         try:
             result = await self.services.commit(transition)
         except BackendError as exc:
@@ -421,9 +430,58 @@ class Runner:
 
     # ------------------------------------------------------------------ commit helpers
 
+    def _defer(self, write: StepWrite) -> None:
+        """Hold a completed step's journal row until the next transition of this pass.
+
+        The body sees the step's value at once; the row is committed with whatever the
+        body does next: the next step's commit happens before that step's function runs,
+        and the pass's last transition (complete, park, fail, release) carries it, so a
+        run whose last step is followed by its return costs one commit less. If the body
+        awaits something else, a timer commits the row within milliseconds. Nothing
+        durable ever depends on an uncommitted row, and if the worker dies first the step
+        simply runs again (steps are at-least-once).
+        """
+        self._pending.append(write)
+        if self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(0.002, self._flush_later)
+
+    def _with_pending(self, transition: Transition) -> Transition:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if not self._pending:
+            return transition
+        pending, self._pending = self._pending, []
+        return replace(
+            transition,
+            steps=(*pending, *transition.steps),
+            step_attempts=transition.step_attempts + len(pending),
+        )
+
+    def _flush_later(self) -> None:
+        self._flush_timer = None
+        body = self._body
+        if self._pending and self._flushing is None and body is not None and not body.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush_in_background())
+
+    async def _flush_in_background(self) -> None:
+        self._in_flight += 1
+        self._bump()
+        try:
+            await self._commit(Transition(self.run.id, self.token))
+        except Suspend:
+            pass  # the pass is abandoned; cancel() already stopped the body
+        finally:
+            self._flushing = None
+            self._in_flight -= 1
+            self._bump()
+
     async def _commit(self, transition: Transition) -> TransitionResult:
         if self._abandoned is not None:
             raise AbandonSignal(self._abandoned)
+        if self._flushing is not None and self._flushing is not asyncio.current_task():
+            await asyncio.wait({self._flushing})
+        transition = self._with_pending(transition)
         try:
             result = await self.services.commit(transition)
         except BackendError as exc:
@@ -502,6 +560,8 @@ class Runner:
         self._in_flight += 1
         self._bump()
         try:
+            if self._pending:  # the previous step's row is durable before this one runs
+                await self._commit(Transition(self.run.id, self.token))
             started = self.now()
             self.step_attempts += 1
             try:
@@ -515,17 +575,12 @@ class Runner:
                 raise
             except Exception as exc:
                 return await self._step_error(key, kind, exc, attempt, started, retry)
-            write = StepWrite(key, kind, "completed", output, attempts=attempt, started_at=started)
-            result = await self._commit(
-                Transition(self.run.id, self.token, steps=(write,), step_attempts=1)
+            # Only this worker writes "run" rows of this run (fenced), so the value is
+            # final: hand it to the body now and commit the row with the next transition.
+            self._defer(
+                StepWrite(key, kind, "completed", output, attempts=attempt, started_at=started)
             )
-            stored = _stored(result, key)
-            if stored is not None:  # someone else recorded this key first: theirs wins
-                if stored.status == "failed":
-                    raise StepFailed(key, stored.error or {}, stored.attempts)
-                value = stored.output
-            else:
-                value = decode(output)
+            value = decode(output)
             self.journal[key] = Step(key, kind, "completed", value, None, attempt, started, None)
             if rollback is not None:
                 self._compensations.append(_Compensation(key, rollback, value))

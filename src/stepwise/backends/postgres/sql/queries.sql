@@ -54,6 +54,10 @@ BEGIN
 -- Commit an apply batch.
 COMMIT
 
+-- name: commit_unsynced
+-- Commit the current transaction without waiting for its WAL flush (claims, leases).
+SET LOCAL synchronous_commit TO off
+
 -- name: now
 -- The database clock.
 SELECT now()
