@@ -873,8 +873,10 @@ def test_queries_file_and_code_agree() -> None:
     for source in PACKAGE.glob("*.py"):
         used |= set(re.findall(r'QUERIES\["([a-z_0-9]+)"\]', source.read_text()))
     assert used == set(QUERIES)
-    for name, sql in QUERIES.items():
-        lines = sql.splitlines()
+    raw = (PACKAGE / "sql" / "queries.sql").read_text()
+    blocks = re.split(r"^--\s*name:\s*([a-z_0-9]+)\s*$", raw, flags=re.MULTILINE)
+    for name, sql in zip(blocks[1::2], blocks[2::2], strict=True):
+        lines = sql.strip().splitlines()
         assert lines[0].startswith("-- "), name  # the one-line description
         assert not lines[1].startswith("--"), name
 

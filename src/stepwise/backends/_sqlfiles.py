@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import LiteralString, cast
 
-__all__ = ["Migration", "load_migrations", "load_queries", "parse_queries"]
+__all__ = ["Migration", "compact", "load_migrations", "load_queries", "parse_queries"]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_TRAILING_COMMENT = re.compile(r"\s+--\s.*$")
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -34,8 +35,20 @@ def parse_queries(text: str) -> dict[str, LiteralString]:
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = cast(LiteralString, body.strip())
+        queries[name] = cast(LiteralString, compact(body))  # type: ignore[redundant-cast]
     return queries
+
+
+def compact(sql: str) -> str:
+    """The query without comments, indentation and blank lines.
+
+    What goes over the wire is smaller, and psycopg caches the parsing of queries
+    only up to 4 KB, which the longest transition statement stays under this way.
+    Queries must not hold ``--`` or line breaks inside string literals.
+    """
+    lines = (line.strip() for line in sql.splitlines())
+    kept = (_TRAILING_COMMENT.sub("", line) for line in lines if line and not line.startswith("--"))
+    return "\n".join(kept)
 
 
 def load_queries(package: str) -> dict[str, LiteralString]:
