@@ -75,6 +75,7 @@ QUERIES = load_queries(__package__)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _RETRY_ATTEMPTS = 8
+_START_BATCH = 100  # starts committed together at most
 
 
 def _ident(query: LiteralString, name: str) -> sql.Composed:
@@ -117,6 +118,8 @@ class PostgresBackend(Backend):
         self._pool: AsyncConnectionPool | None = None
         self._listener: Listener | None = None
         self._callbacks: list[NoticeCallback] = []
+        self._starts: list[tuple[NewRun, asyncio.Future[CreateResult]]] = []
+        self._start_flusher: asyncio.Task[None] | None = None
         self._checker: asyncio.Task[None] | None = None
 
     @property
@@ -168,6 +171,9 @@ class PostgresBackend(Backend):
         self._pool = pool
 
     async def close(self) -> None:
+        flusher = self._start_flusher
+        if flusher is not None and not flusher.done():
+            await asyncio.wait({flusher}, timeout=10)  # starts in flight get their answer
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.stop()
@@ -326,24 +332,66 @@ class PostgresBackend(Backend):
     # ------------------------------------------------------------------ producers
 
     async def create_run(self, new: NewRun) -> CreateResult:
-        row = await self._one(
-            QUERIES["create_run"],
-            {
-                "id": new.id,
-                "workflow": new.workflow,
-                "version": new.version,
-                "input": new.input_json,
-                "priority": new.priority,
-                "idempotency_key": new.idempotency_key,
-                "delay": new.delay,
-                "run_at": new.run_at,
-                "deadline_in": new.deadline_in,
-                "deadline_at": new.deadline_at,
-                "retention_days": new.retention_days,
-                "parent_id": new.parent_id,
-                "parent_step": new.parent_step,
-            },
-        )
+        """Create a run. Starts that arrive while another start is committing are
+        committed together in the next transaction (group commit), so a client
+        starting many runs at once pays one commit per batch, not per run; a lone start
+        goes out at once."""
+        future: asyncio.Future[CreateResult] = asyncio.get_running_loop().create_future()
+        self._starts.append((new, future))
+        if self._start_flusher is None or self._start_flusher.done():
+            self._start_flusher = asyncio.get_running_loop().create_task(self._flush_starts())
+        return await future
+
+    async def _flush_starts(self) -> None:
+        while self._starts:
+            batch = self._starts[:_START_BATCH]
+            del self._starts[:_START_BATCH]
+            results: list[CreateResult | BaseException]
+            try:
+                if len(batch) == 1:
+                    results = [await self._create_one(batch[0][0])]
+                else:
+                    results = list(await self._create_together([new for new, _ in batch]))
+            except Exception:
+                # One bad start (an idempotency conflict, a deadlock between batches)
+                # aborted the shared transaction: give each its own, and its own error.
+                results = []
+                for new, _ in batch:
+                    try:
+                        results.append(await self._create_one(new))
+                    except Exception as exc:
+                        results.append(exc)
+            for (_, future), result in zip(batch, results, strict=True):
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    async def _create_together(self, batch: list[NewRun]) -> list[CreateResult]:
+        async with self._connection() as conn:
+            cursors = []
+            try:
+                async with conn.pipeline():
+                    await conn.execute(QUERIES["begin"])
+                    for new in batch:
+                        cursors.append(await conn.execute(QUERIES["create_run"], _new_run(new)))  # noqa: PERF401
+                    await conn.execute(QUERIES["commit"])
+            except BaseException:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+                raise
+            results = []
+            for cur in cursors:
+                row = await cur.fetchone()
+                assert row is not None
+                results.append(CreateResult(run=run_from_row(row[1:]), created=bool(row[0])))
+            return results
+
+    async def _create_one(self, new: NewRun) -> CreateResult:
+        row = await self._one(QUERIES["create_run"], _new_run(new))
         assert row is not None
         return CreateResult(run=run_from_row(row[1:]), created=bool(row[0]))
 
@@ -639,3 +687,21 @@ class PostgresBackend(Backend):
                 self._callbacks.remove(callback)
 
         return unsubscribe
+
+
+def _new_run(new: NewRun) -> dict[str, Any]:
+    return {
+        "id": new.id,
+        "workflow": new.workflow,
+        "version": new.version,
+        "input": new.input_json,
+        "priority": new.priority,
+        "idempotency_key": new.idempotency_key,
+        "delay": new.delay,
+        "run_at": new.run_at,
+        "deadline_in": new.deadline_in,
+        "deadline_at": new.deadline_at,
+        "retention_days": new.retention_days,
+        "parent_id": new.parent_id,
+        "parent_step": new.parent_step,
+    }
