@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import Lab, ThrowawayPostgres, have_postgres_binaries
+from tests.chaos.harness import Lab, ThrowawayPostgres, throwaway_problem
 from tests.conftest import Database
 
 
@@ -24,7 +24,8 @@ def lab(database: Database, tmp_path: Path) -> Iterator[Lab]:
 @pytest.fixture
 def throwaway_pg() -> Iterator[ThrowawayPostgres]:
     """A PostgreSQL cluster of the test's own (never the shared server), started."""
-    if not have_postgres_binaries():
-        pytest.skip("initdb / pg_ctl are not on PATH")
+    problem = throwaway_problem()
+    if problem is not None:
+        pytest.skip(problem)
     with ThrowawayPostgres() as pg:
         yield pg

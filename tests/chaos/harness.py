@@ -1,24 +1,30 @@
 """The chaos harness: real worker processes, really killed, on a real database.
 
 `run_chaos` spawns N ``stepwise worker tests.chaos.workload:app`` processes, SIGKILLs
-a random one every U(1, 3) s and restarts it, optionally restarts a throwaway
+a random one every U(1, 3) s and restarts it (optionally some faults are a graceful
+SIGTERM or a SIGSTOP/SIGCONT freeze instead), optionally crash-restarts a throwaway
 PostgreSQL cluster (`ThrowawayPostgres`), starts runs of the ``chaos`` workflow,
-signals each run once it waits for its ``go`` event, and waits (with a deadline and a
-stall detector) for every run to end. Then it checks the oracle:
+signals each run once it waits for its ``go`` event (optionally some before), and
+waits, with a deadline and a stall detector that dumps the live runs, for every run
+to end. Then it checks the oracle:
 
-* every run completed, none stuck;
+* every run completed, none stuck, none lost;
 * zero duplicate journal rows, and each run has exactly the workflow's journal keys;
-* every step's side effect was recorded at least once, and each journal value is the
-  token of one real execution;
-* re-executions (side effects minus journal rows) stay within kills x concurrency
+* every step's side effect was recorded at least once, each journal value is the
+  token of one real execution, and each run's output matches its journal;
+* re-executions (side effects minus journal rows) stay within faults x concurrency
   (+ database restarts x workers x concurrency);
-* no worker process exited unless it was killed on purpose.
+* no worker process exited unless the harness meant it to;
+* SQLite: ``PRAGMA integrity_check`` is ok after every kill and at the end.
 
-It prints the figures and the seed; pass ``seed=`` (``--seed``) to replay one.
-From the shell::
+It prints the figures (runs, kills, re-executed steps, time to drain, warning-log
+rate) and the seed. ``seed=`` (``--seed``, or ``CHAOS_SEED`` for the pytest entry)
+replays the same choices: victims, fault intervals, database downtimes (the OS
+scheduling around them is not replayable). From the shell::
 
     python -m tests.chaos.harness --backend sqlite --runs 200 --workers 4
     python -m tests.chaos.harness --backend postgres-throwaway --runs 500 --pg-restarts 1
+    python -m tests.chaos.harness --help
 """
 
 from __future__ import annotations
@@ -208,8 +214,24 @@ class ThrowawayPostgres:
         self.destroy()
 
 
-def have_postgres_binaries() -> bool:
-    return shutil.which("initdb") is not None and shutil.which("pg_ctl") is not None
+def throwaway_problem(user: str = "postgres") -> str | None:
+    """Why a `ThrowawayPostgres` cannot run here (None: it can)."""
+    if shutil.which("initdb") is None or shutil.which("pg_ctl") is None:
+        return "initdb / pg_ctl are not on PATH"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed"
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            return f"running as root and there is no OS user {user!r} to run postgres as"
+        if shutil.which("runuser") is None:
+            return "running as root and runuser is not available"
+    return None
 
 
 # --------------------------------------------------------------------------- workers
@@ -221,9 +243,7 @@ def worker_env(kind: str, url: str, schema: str, effects: Path, **extra: str) ->
     env["STEPWISE_DATABASE_URL"] = url
     env["STEPWISE_SCHEMA"] = schema
     env["CHAOS_EFFECTS_DIR"] = str(effects)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), env.get("PYTHONPATH", "")) if p
-    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("STEPWISE_SWEEP_INTERVAL", "0")
     env.update(extra)
     return env
@@ -257,8 +277,17 @@ class WorkerProcess:
                 self.killed = True
             os.kill(self.pid, sig)
 
+    def ready(self) -> bool:
+        """True once the worker logged that it serves (its SIGTERM handler is set)."""
+        return " serving " in self.log_tail(100_000)
+
     def stop(self, timeout: float = 30) -> int:
-        """SIGTERM (graceful), then SIGKILL if it does not exit in ``timeout`` s."""
+        """SIGTERM (graceful), then SIGKILL if it does not exit in ``timeout`` s. A
+        worker still starting up is given up to 20 s to get ready first (before its
+        handler is installed, SIGTERM would just end the interpreter)."""
+        deadline = time.monotonic() + 20
+        while self.alive() and not self.ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -310,8 +339,17 @@ class WorkerPool:
         rng: random.Random,
         kill_every: tuple[float, float] | None = None,
         restart_delay: float = 0.5,
+        sigterm_share: float = 0.0,
+        sigstop_share: float = 0.0,
+        stop_for: tuple[float, float] = (2.0, 4.0),
     ) -> None:
         self._spawn = spawn
+        self.sigterm_share = sigterm_share
+        self.sigstop_share = sigstop_share
+        self.stop_for = stop_for
+        self.terms = 0
+        self.freezes = 0
+        self._frozen: dict[int, tuple[WorkerProcess, float]] = {}
         self._rng = rng
         self.kill_every = kill_every
         self.restart_delay = restart_delay
@@ -350,26 +388,52 @@ class WorkerPool:
             return [w for w in self.slots if w is not None and w.alive()]
 
     def kill_random(self) -> WorkerProcess | None:
+        """SIGKILL a random live worker (or, by the configured shares, SIGTERM it or
+        SIGSTOP it for U(stop_for) s); the fault lands on a running, unfrozen one."""
         with self._lock:
-            live = [w for w in self.slots if w is not None and w.alive()]
+            live = [
+                w for w in self.slots if w is not None and w.alive() and w.pid not in self._frozen
+            ]
             if not live:
                 return None
             victim = self._rng.choice(live)
-            victim.kill(signal.SIGKILL)
-            self.kills += 1
+            dice = self._rng.random()
+            if dice < self.sigstop_share:
+                os.kill(victim.pid, signal.SIGSTOP)
+                until = time.monotonic() + self._rng.uniform(*self.stop_for)
+                self._frozen[victim.pid] = (victim, until)
+                self.freezes += 1
+            elif dice < self.sigstop_share + self.sigterm_share:
+                victim.killed = True  # its own graceful exit is expected
+                victim.proc.send_signal(signal.SIGTERM)
+                self.terms += 1
+            else:
+                victim.kill(signal.SIGKILL)
+                self.kills += 1
             self.last_kill = time.monotonic()
             return victim
+
+    def _thaw(self, everyone: bool = False) -> None:
+        now = time.monotonic()
+        for pid, (worker, until) in list(self._frozen.items()):
+            if everyone or now >= until:
+                del self._frozen[pid]
+                if worker.alive():
+                    os.kill(pid, signal.SIGCONT)
 
     def _supervise(self) -> None:
         next_kill: float | None = None
         while not self._stop.is_set():
             now = time.monotonic()
             with self._lock:
+                self._thaw()
                 for i, w in enumerate(self.slots):
                     if w is not None and not w.alive() and i not in self._restart_at:
                         w.proc.wait()
                         self.exits.append(
-                            Exit(w.pid, w.proc.returncode, w.killed, "" if w.killed else w.log_tail())
+                            Exit(
+                                w.pid, w.proc.returncode, w.killed, "" if w.killed else w.log_tail()
+                            )
                         )
                         if not w.killed:
                             log(f"worker {w.pid} exited by itself with {w.proc.returncode}")
@@ -397,18 +461,16 @@ class WorkerPool:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        codes: list[int | None] = []
         with self._lock:
-            workers = [w for w in self.slots if w is not None]
-        for w in workers:
-            if w.alive():
-                codes.append(w.stop())
-        return codes
+            self._thaw(everyone=True)
+            workers = [w for w in self.slots if w is not None and w.alive()]
+        return [w.stop() for w in workers]
 
     def kill_all(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._thaw(everyone=True)
         for w in self.slots:
             if w is not None and w.alive():
                 w.kill()
@@ -438,6 +500,21 @@ def read_effects(directory: Path) -> list[Effect]:
             if len(parts) == 3:
                 found.append(Effect(*parts))
     return found
+
+
+def warning_lines(log_dir: Path) -> tuple[int, int]:
+    """(WARNING/ERROR lines in all worker logs, the most any one worker wrote in one
+    second): the error-log rate while the database is down (RELIABILITY R2)."""
+    total = 0
+    peak = 0
+    for path in log_dir.glob("worker-*.log"):
+        per_second: Counter[str] = Counter()
+        for line in path.read_text(errors="replace").splitlines():
+            if " WARNING " in line or " ERROR " in line or " CRITICAL " in line:
+                total += 1
+                per_second[line[:19]] += 1
+        peak = max([peak, *per_second.values()])
+    return total, peak
 
 
 # --------------------------------------------------------------------------- a lab
@@ -545,6 +622,10 @@ class ChaosConfig:
     poll_interval: float | None = None
     kill_every: tuple[float, float] | None = (1.0, 3.0)
     kill_for: float | None = None  # seconds of kills; None: until every run ended
+    sigterm_share: float = 0.0  # share of the faults that are a graceful SIGTERM
+    sigstop_share: float = 0.0  # share that freeze a worker (SIGSTOP, later SIGCONT)
+    stop_for: tuple[float, float] = (2.0, 4.0)
+    early_signals: float = 0.0  # share of runs signaled at once (buffered before the wait)
     restart_delay: float = 0.5
     start_rate: float | None = None  # runs started per second; None: all at once
     pg: ThrowawayPostgres | None = None
@@ -577,22 +658,35 @@ class ChaosReport:
     problems: list[str]
     concurrency: int
     workers: int
+    spawned: int = 0  # worker processes started in all (workers + restarts)
+    warnings: tuple[int, int] = (0, 0)  # warning lines in all, peak per worker-second
+    integrity_checks: int = 0  # SQLite: PRAGMA integrity_check runs (after kills, at the end)
+    terms: int = 0
+    freezes: int = 0
 
     @property
     def reexecuted(self) -> int:
         return self.side_effects - self.run_step_journal_rows
 
     def figures(self) -> str:
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
         lines = [
             f"seed               {self.seed}",
-            f"runs               {self.runs} ({', '.join(f'{k} {v}' for k, v in sorted(self.statuses.items()))})",
+            f"runs               {self.runs} ({statuses})",
             f"workers            {self.workers} x concurrency {self.concurrency}",
-            f"kills (SIGKILL)    {self.kills}",
-            f"postgres restarts  {self.pg_restarts}",
+            f"kills (SIGKILL)    {self.kills}"
+            + (f", plus {self.terms} SIGTERM" if self.terms else "")
+            + (f", plus {self.freezes} SIGSTOP/SIGCONT" if self.freezes else ""),
+            f"postgres restarts  {self.pg_restarts}"
+            if self.integrity_checks == 0
+            else f"integrity_check    {self.integrity_checks} run(s), after kills and at the end",
             f"journal rows       {self.journal_rows} (distinct keys {self.distinct_journal_keys})",
             f"side effects       {self.side_effects} for {self.run_step_journal_rows} step results",
             f"re-executed steps  {self.reexecuted}",
-            f"unexpected exits   {len(self.unexpected_exits)}",
+            f"worker processes   {self.spawned} started, "
+            f"{len(self.unexpected_exits)} exited by themselves",
+            f"worker warnings    {self.warnings[0]} lines, at most {self.warnings[1]} "
+            "in one second from one worker",
             f"time to drain      {self.elapsed:.1f}s from the first start"
             + (
                 ""
@@ -649,12 +743,16 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
         rng=random.Random(rng.random()),
         kill_every=config.kill_every,
         restart_delay=config.restart_delay,
+        sigterm_share=config.sigterm_share,
+        sigstop_share=config.sigstop_share,
+        stop_for=config.stop_for,
     )
     pg_rng = random.Random(rng.random())
     problems: list[str] = []
     run_ids: list[str] = []
     signaled: set[str] = set()
     restarts = 0
+    integrity_checks = 0
     last_fault: float | None = None
     started_at = time.monotonic()
     done_at: float | None = None
@@ -662,10 +760,9 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
         pool.start()
         if config.kill_every is not None:
             pool.start_killing()
-        next_restart = (
-            started_at + pg_rng.uniform(*config.pg_every) if config.pg_restarts else None
-        )
+        next_restart = started_at + pg_rng.uniform(*config.pg_every) if config.pg_restarts else None
         last_progress = time.monotonic()
+        checked_kills = 0
         last_mark: tuple[int, int] = (-1, -1)
         deadline = started_at + config.deadline
         while True:
@@ -687,6 +784,12 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
                     time.sleep(0.2)
                     break
                 run_ids.append(handle.id)
+                if config.wait and rng.random() < config.early_signals:
+                    try:
+                        if app.signal(handle.id, "go", {"from": "harness", "early": True}):
+                            signaled.add(handle.id)
+                    except BackendError:
+                        pass
             # faults: kills stop after kill_for; database restarts
             if config.kill_for is not None and now - started_at > config.kill_for:
                 pool.stop_killing()
@@ -717,6 +820,12 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
                 time.sleep(0.5)
                 continue
             ended = sum(counts.get(s, 0) for s in TERMINAL)
+            if config.kind == "sqlite" and pool.kills > checked_kills:
+                checked_kills = pool.kills  # a SIGKILL may have landed inside a write
+                verdict = probe.integrity_check()
+                integrity_checks += 1
+                if verdict != "ok":
+                    problems.append(f"integrity_check after kill {checked_kills}: {verdict}")
             mark = (ended, int(journal))
             if mark != last_mark:
                 last_mark = mark
@@ -751,15 +860,22 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
         drain = max(0.0, done_at - last_fault)
 
     report = check(probe, effects, run_ids, keys, problems)
+    if config.kind == "sqlite":
+        verdict = probe.integrity_check()
+        integrity_checks += 1
+        if verdict != "ok":
+            problems.append(f"final integrity_check: {verdict}")
     probe.close()
     unexpected = pool.unexpected_exits()
-    for e in unexpected:
-        problems.append(f"worker {e.pid} exited by itself with code {e.code}:\n{e.log_tail}")
-    bound = kills * config.concurrency + restarts * config.workers * config.concurrency
+    problems.extend(
+        f"worker {e.pid} exited by itself with code {e.code}:\n{e.log_tail}" for e in unexpected
+    )
+    faults = kills + pool.terms + pool.freezes
+    bound = faults * config.concurrency + restarts * config.workers * config.concurrency
     if report["side_effects"] - report["run_step_rows"] > bound:
         problems.append(
             f"re-executions {report['side_effects'] - report['run_step_rows']} exceed "
-            f"kills x concurrency (+ restarts x workers x concurrency) = {bound}"
+            f"faults x concurrency (+ restarts x workers x concurrency) = {bound}"
         )
     result = ChaosReport(
         seed=seed,
@@ -777,6 +893,11 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
         problems=problems,
         concurrency=config.concurrency,
         workers=config.workers,
+        spawned=pool.spawned,
+        warnings=warning_lines(workdir / "logs"),
+        integrity_checks=integrity_checks,
+        terms=pool.terms,
+        freezes=pool.freezes,
     )
     print(result.figures(), flush=True)
     return result
@@ -886,8 +1007,10 @@ def _database(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, st
 
         import psycopg
 
-        url = args.url or os.environ.get("STEPWISE_TEST_DATABASE_URL") or (
-            "postgresql://postgres@127.0.0.1:5432/postgres"
+        url = (
+            args.url
+            or os.environ.get("STEPWISE_TEST_DATABASE_URL")
+            or ("postgresql://postgres@127.0.0.1:5432/postgres")
         )
         schema = f"chaos_{secrets.token_hex(4)}"
         try:
@@ -914,6 +1037,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-max", type=float, default=3.0)
     parser.add_argument("--no-kills", action="store_true")
     parser.add_argument("--kill-for", type=float, default=None, help="seconds of kills")
+    parser.add_argument("--sigterm-share", type=float, default=0.0)
+    parser.add_argument("--sigstop-share", type=float, default=0.0)
+    parser.add_argument("--early-signals", type=float, default=0.0)
     parser.add_argument("--start-rate", type=float, default=None, help="runs started per second")
     parser.add_argument("--pg-restarts", type=int, default=0)
     parser.add_argument("--pg-down-max", type=float, default=2.0)
@@ -943,6 +1069,9 @@ def main(argv: list[str] | None = None) -> int:
                 lease=args.lease,
                 kill_every=None if args.no_kills else (args.kill_min, args.kill_max),
                 kill_for=args.kill_for,
+                sigterm_share=args.sigterm_share,
+                sigstop_share=args.sigstop_share,
+                early_signals=args.early_signals,
                 start_rate=args.start_rate,
                 pg=pg,
                 pg_restarts=args.pg_restarts,

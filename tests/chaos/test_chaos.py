@@ -39,6 +39,7 @@ def test_runs_complete_exactly_once_while_workers_are_killed(
             start_rate=5.0,  # starts spread over 8 s, so the kills land on live work
             work=0.15,
             nap="300ms",
+            early_signals=0.25,  # some signals arrive before the wait (buffered)
             seed=_seed(),
             deadline=90,
         )

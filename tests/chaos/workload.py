@@ -13,10 +13,13 @@ The input (a dict) steers faults:
 * ``work``: seconds each step body sleeps (default 0.02);
 * ``sleep``: the nap's duration (default ``"300ms"``);
 * ``wait``: include the ``go`` wait (default True);
-* ``hang``: a step key whose *first* execution (per run) sleeps ``hang_for`` seconds
+* ``hang``: a step key (or a list of keys) whose *first* execution (per run) sleeps
+  ``hang_for`` seconds
   (default 60) after recording its side effect: the window for a SIGKILL or SIGSTOP;
 * ``exit``: a step key whose body calls ``os._exit(1)`` every time, after its
-  ``work`` (a poison run).
+  ``work`` (a poison run);
+* ``freeze``: a step key whose *first* execution SIGSTOPs its own process once the
+  body is done, before its result is committed (a zombie holding a result).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -78,16 +82,22 @@ def _first_execution(run_id: str, key: str) -> bool:
     return True
 
 
+def _listed(value: Any, key: str) -> bool:
+    return value == key or (isinstance(value, list) and key in value)
+
+
 def effect(run_id: str, key: str, spec: dict[str, Any]) -> str:
     """A step body: record the side effect, then do the configured work or fault."""
     token = _record(run_id, key)
-    if spec.get("hang") == key and _first_execution(run_id, key):
+    if _listed(spec.get("hang"), key) and _first_execution(run_id, key):
         time.sleep(float(spec.get("hang_for", 60)))
     work = float(spec.get("work", 0.02))
     if work > 0:
         time.sleep(work)
     if spec.get("exit") == key:
         os._exit(1)
+    if spec.get("freeze") == key and _first_execution(run_id, f"{key}.freeze"):
+        os.kill(os.getpid(), signal.SIGSTOP)  # the whole process stops, result in hand
     return token
 
 
