@@ -6,6 +6,7 @@ import importlib
 import json
 import logging
 import os
+import signal as signals
 import sys
 import time
 from collections.abc import Callable
@@ -109,6 +110,9 @@ def worker(
     poll_interval: float | None,
 ) -> None:
     """Run a worker for APP (module:attribute) until SIGTERM/SIGINT."""
+    # Until the worker's own handlers are in place nothing is claimed yet, so a stop
+    # signal during start-up can simply end the process cleanly.
+    signals.signal(signals.SIGTERM, lambda *_: sys.exit(0))
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("stepwise").setLevel(logging.INFO)
     app = load_app(app_spec)

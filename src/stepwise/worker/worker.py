@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .._logging import quiet_repeats
 from ..backends.base import Backend
 from ..durations import Duration, to_seconds
 from ..engine.runner import Runner, RunServices
@@ -220,6 +221,7 @@ class Worker:
         return datetime.now(UTC) + timedelta(seconds=self._clock_offset)
 
     async def _serve(self) -> None:
+        quiet_repeats()
         backend = await self.app._backend()
         definitions = self.app._registry.select(self.patterns)
         if not definitions:
