@@ -81,7 +81,7 @@ def test_cancel_and_publish_from_sql(app: App, conn: psycopg.Connection, postgre
     run_id = call(conn, schema, "start_run", "onboard-user", '{"email": "b@example.com"}')
     assert call(conn, schema, "cancel_run", run_id) is True
     assert call(conn, schema, "cancel_run", run_id) is False
-    assert app.get_run(run_id).status == "cancelled"
+    assert app.get_run(str(run_id)).status == "cancelled"
     app.subscribe("user.signup", "onboard-user")
     published = call(conn, schema, "publish", "user.signup", '{"email": "c@example.com"}')
     assert isinstance(published, dict) and len(published["started"]) == 1

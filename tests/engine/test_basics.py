@@ -69,7 +69,9 @@ def test_replay_runs_each_step_once_and_journals_it_once(app: App) -> None:
 def test_parallel_steps_and_repeated_names(app: App) -> None:
     @app.workflow
     async def fan(ctx: Context, items: list[int]) -> list[int]:
-        doubled = await asyncio.gather(*(ctx.step.run("double", lambda i=i: i * 2) for i in items))
+        doubled = await asyncio.gather(
+            *(ctx.step.run("double", lambda i=i: i * 2) for i in items)  # type: ignore[misc]
+        )
         total = await ctx.step.run("sum", lambda: sum(doubled))
         again = await ctx.step.run("double", lambda: -1)
         return [*doubled, total, again]
@@ -122,7 +124,8 @@ def test_a_sleeping_run_frees_its_slot(app: App) -> None:
 
     with app.worker(concurrency=1):
         parked = app.start(sleeper)
-        run = wait_for(lambda: (r := parked.get()).status == "waiting" and r)
+        wait_for(lambda: parked.get().status == "waiting")
+        run = parked.get()
         assert run.wake_reason == "sleep" and run.wake_at is not None
         assert run.wake_at > datetime.now(UTC) + timedelta(minutes=50)
         assert app.run(quick, timeout=20) == "done"  # the only slot was free
@@ -151,7 +154,11 @@ def test_priority_and_delay(app: App) -> None:
 
     @app.workflow
     async def job(ctx: Context, name: str) -> str:
-        return await ctx.step.run("record", lambda: order.append(name) or name)
+        def record() -> str:
+            order.append(name)
+            return name
+
+        return await ctx.step.run("record", record)
 
     low = app.start(job, "low", priority=200)
     high = app.start(job, "high", priority=1)

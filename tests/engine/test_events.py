@@ -71,7 +71,7 @@ def test_signal_racing_the_timeout_has_exactly_one_winner(app: App) -> None:
     with app.worker(concurrency=10):
         handles = [app.start("approval", {"id": n, "timeout": "300ms"}) for n in range(20)]
         for n, handle in enumerate(handles):
-            wait_for(lambda h=handle: h.get().status in ("waiting", "completed"))
+            wait_for(lambda h=handle: h.get().status in ("waiting", "completed"))  # type: ignore[misc]
             app.signal(handle.id, "approved", {"order": n})
         outputs = [h.result(timeout=30) for h in handles]
     for handle, output in zip(handles, outputs, strict=True):
@@ -95,7 +95,7 @@ def test_publish_resumes_waiters_and_starts_subscribers(app: App) -> None:
     with app.worker(concurrency=5):
         waiting = [app.start(listener) for _ in range(3)]
         for h in waiting:
-            wait_for(lambda h=h: _waiting(app, h.id))
+            wait_for(lambda h=h: _waiting(app, h.id))  # type: ignore[misc]
         assert app.subscribe("user.signup", audit) is True
         assert app.subscribe("user.signup", audit) is False
         free = app.publish("user.signup", {"name": "ada", "plan": "free"})

@@ -263,7 +263,7 @@ def test_step_attempt_limit(database) -> None:  # type: ignore[no-untyped-def]
     @app.workflow
     async def loop_forever(ctx: Context, _: None) -> None:
         for n in range(10):
-            await ctx.step.run("s", lambda n=n: n)
+            await ctx.step.run("s", lambda n=n: n)  # type: ignore[misc]
 
     try:
         with app.worker():
@@ -293,7 +293,8 @@ def test_a_worker_without_the_runs_version_leaves_it_waiting(database) -> None: 
         worker = old.worker()
         worker.unavailable_grace = 0.1
         with worker:
-            run = wait_for(lambda: (r := handle.get()).status == "waiting" and r)
+            wait_for(lambda: handle.get().status == "waiting")
+        run = handle.get()
         assert run.wake_reason == "version" and run.version == 2
         events = [e for e in new.get_events(handle.id) if e.type == "version_unavailable"]
         assert events and events[0].data["retry_in"] == 5

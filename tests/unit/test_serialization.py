@@ -9,7 +9,7 @@ from stepwise import SerializationError
 from stepwise.serialization import decode, encode, error_from_exception
 
 safe_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")
 )
 json_values = st.recursive(
     st.none()

@@ -1,0 +1,34 @@
+"""A tiny run of the benchmark harness, so it cannot rot. Benchmarks are not tests:
+nothing here looks at a figure, only that every workload ran and reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_bench_runs_every_workload_on_sqlite(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--quick",
+            "--contenders",
+            "stepwise-sqlite",
+            "--json",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report, "the harness wrote no results"
+    assert "stepwise-sqlite" in json.dumps(report)
