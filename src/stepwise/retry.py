@@ -101,9 +101,12 @@ class RetryPolicy:
         elif initial == 0 or self.factor == 1:
             delay = initial
         elif n - 1 >= math.log(cap / initial) / math.log(self.factor):
-            delay = cap  # also keeps huge attempt numbers from overflowing
+            delay = cap  # the cap wins long before huge attempt numbers overflow
         else:
-            delay = initial * self.factor ** (n - 1)
+            try:
+                delay = initial * float(self.factor) ** (n - 1)
+            except OverflowError:
+                delay = cap
         return min(delay, cap)
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
