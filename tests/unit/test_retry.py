@@ -1,7 +1,7 @@
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stepwise import RetryAfter, RetryPolicy
@@ -18,6 +18,7 @@ policies = st.builds(
 
 
 @given(policies, st.integers(min_value=1, max_value=2000))
+@example(RetryPolicy(max_attempts=0, initial=5e-324, max=120.0, factor=5.0, jitter=0), 442)
 def test_base_delay_is_monotone_and_capped(policy: RetryPolicy, attempt: int) -> None:
     assert 0 <= policy.base_delay(attempt) <= policy.max_seconds
     assert policy.base_delay(attempt) <= policy.base_delay(attempt + 1) + 1e-9
