@@ -16,6 +16,7 @@ Polling is the fallback, never the main path.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import os
 import signal
@@ -109,7 +110,7 @@ class Worker:
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
         self._hard = False
-        self._next_wake: datetime | None = None
+        self._wakes: list[datetime] = []  # heap of wake times of runs this worker parked
         self._clock_offset = 0.0  # database clock minus local clock, seconds
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -334,12 +335,15 @@ class Worker:
                 known = await backend.next_wake_at(pairs)
             except BackendError:
                 known = None
-        candidates = [t for t in (known, self._next_wake) if t is not None]
-        self._next_wake = None
+        now = self._db_now()
+        # Wakes well past are claimed by now (or the database's next_wake_at has them).
+        while self._wakes and self._wakes[0] <= now - timedelta(milliseconds=100):
+            heapq.heappop(self._wakes)
+        candidates = [t for t in (known, self._wakes[0] if self._wakes else None) if t is not None]
         if not candidates:
             return poll
-        delay = (min(candidates) - self._db_now()).total_seconds()
-        return max(0.0, min(poll, delay))
+        delay = (min(candidates) - now).total_seconds()
+        return max(0.001, min(poll, delay))
 
     async def _sleep(self, timeout: float) -> None:
         assert self._wakeup is not None
@@ -377,8 +381,11 @@ class Worker:
     def _note_wake(self, when: datetime | None) -> None:
         if when is None:
             return
-        if self._next_wake is None or when < self._next_wake:
-            self._next_wake = when
+        heapq.heappush(self._wakes, when)
+        if len(self._wakes) > 10_000:  # a bound; the database's next_wake_at covers the rest
+            self._wakes = heapq.nsmallest(5_000, self._wakes)
+        if self._wakeup is not None and self._wakes[0] == when:
+            self._wakeup.set()  # an earlier wake than the loop is sleeping towards
 
     def _start(self, claim: Any, services: RunServices) -> None:
         definition = self.app._registry.get(claim.run.workflow, claim.run.version)
