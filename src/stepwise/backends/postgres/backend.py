@@ -481,7 +481,22 @@ class PostgresBackend(Backend):
 
     # ------------------------------------------------------------------ workers
 
+    async def _analyze_if_stale(self) -> None:
+        """ANALYZE runs when its statistics are stale (e.g. a bulk-loaded backlog).
+
+        With stale statistics the planner believes the table small and sorts every due
+        run instead of walking the claim index: claims then cost O(backlog) until
+        autovacuum catches up (a minute or more). Checked when a worker starts and at
+        each retention sweep.
+        """
+        row = await self._one(QUERIES["runs_stats_stale"])
+        if row is not None and row[0]:
+            log.info("refreshing the planner statistics of %s.runs", self._schema)
+            async with self._connection() as conn:
+                await conn.execute(QUERIES["analyze_runs"])
+
     async def register_worker(self, info: WorkerInfo) -> None:
+        await self._analyze_if_stale()
         async with self._connection() as conn:
             await conn.execute(
                 QUERIES["register_worker"],
@@ -651,6 +666,7 @@ class PostgresBackend(Backend):
         row = await self._one(
             QUERIES["sweep"], {"max_days": int(max_retention_days), "limit": int(limit)}
         )
+        await self._analyze_if_stale()
         return int(row[0]) if row else 0
 
     # ------------------------------------------------------------------ notices

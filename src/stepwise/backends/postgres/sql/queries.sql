@@ -456,3 +456,18 @@ WITH due AS (
     FROM parked
 )
 SELECT id FROM parked
+
+-- name: runs_stats_stale
+-- True when runs grew a lot since its last ANALYZE (judged by its size on disk, which,
+-- unlike the statistics collector's counters, is never behind).
+SELECT CASE WHEN c.reltuples < 0 THEN v.pages > 50
+            ELSE v.pages > 2 * c.relpages + 100 END
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN LATERAL (
+    SELECT pg_relation_size(c.oid) / current_setting('block_size')::integer AS pages) v
+WHERE n.nspname = current_schema() AND c.relname = 'runs'
+
+-- name: analyze_runs
+-- Refresh the planner statistics of runs, so claims keep using the claim index.
+ANALYZE runs
