@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
+from ._local import Outcome, outcomes
 from ._portal import Portal
 from .backends import create_backend
 from .backends.base import Backend
@@ -492,18 +493,29 @@ class App:
             if notice.kind == "done" and notice.run_id in (run_id, None):
                 ended.set()
 
-        unsubscribe = await backend.subscribe(on_notice)
+        handed: list[Outcome] = []
+
+        def on_outcome(outcome: Outcome) -> None:
+            handed.append(outcome)
+            ended.set()
+
+        stop_listening = outcomes.listen(run_id, on_outcome)  # a worker of this process
+        unsubscribe = await backend.subscribe(on_notice)  # any process
         poll = 0.1 if backend.dialect == "sqlite" else 1.0
         give_up = None if limit is None else loop.time() + limit
         try:
             while True:
-                run = await self._get_run(backend, run_id)
-                if run.status == "completed":
-                    return run.output
-                if run.status == "failed":
-                    raise WorkflowFailed(run.id, run.error)
-                if run.status == "cancelled":
-                    raise WorkflowCancelled(run.id)
+                if handed:
+                    status, output, error = handed[0]
+                else:
+                    run = await self._get_run(backend, run_id)
+                    status, output, error = run.status, run.output, run.error
+                if status == "completed":
+                    return output
+                if status == "failed":
+                    raise WorkflowFailed(run_id, error)
+                if status == "cancelled":
+                    raise WorkflowCancelled(run_id)
                 wait = poll
                 if give_up is not None:
                     remaining = give_up - loop.time()
@@ -516,6 +528,7 @@ class App:
                     pass
                 ended.clear()
         finally:
+            stop_listening()
             await unsubscribe()
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .._local import outcomes
 from ..errors import (
     BackendError,
     SerializationError,
@@ -426,6 +427,9 @@ class Runner:
         error = None
         if isinstance(transition.outcome, Fail):
             error = transition.outcome.error
+            outcomes.publish(self.run.id, "failed", None, error)
+        elif isinstance(transition.outcome, Complete):
+            outcomes.publish(self.run.id, "completed", transition.outcome.output_json, None)
         return PassResult(label, error=error)
 
     # ------------------------------------------------------------------ commit helpers
