@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck bench bench-quick clean
+.PHONY: demo test lint typecheck bench bench-quick chaos-large clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,17 +20,33 @@ demo: $(BIN)/python
 # PostgreSQL, engine end to end, CLI, examples, chaos smoke), plus lint and types.
 test: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[all]"
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: $(BIN)/python
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 
 typecheck: $(BIN)/python
 	$(BIN)/mypy
+
+# The benchmark suite (bench/): stepwise on PostgreSQL and SQLite, DBOS Transact on
+# the same server, and the server's raw commit rate; prints ratios, writes JSON.
+bench: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[all]" -r bench/requirements.txt
+	$(BIN)/python bench/run.py --json bench/results.json
+
+# A small size of the same, in seconds.
+bench-quick: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[all]"
+	$(BIN)/python bench/run.py --quick --contenders stepwise-pg,stepwise-sqlite
+
+# The large chaos configuration: 2,000 runs, 60 s of SIGKILLs, a PostgreSQL restart.
+chaos-large: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[all]"
+	$(BIN)/python bench/chaos_large.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache stepwise.db stepwise.db-*
