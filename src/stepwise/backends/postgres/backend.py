@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -66,6 +67,8 @@ from ._convert import (
     translate_error,
 )
 from .notify import Listener
+
+T = TypeVar("T")
 
 __all__ = ["PostgresBackend"]
 
@@ -271,40 +274,42 @@ class PostgresBackend(Backend):
         again, and any later durable write of that worker either flushes the claim
         first (the WAL is sequential) or is rejected by the fence.
         """
-        delay = 0.005
-        for attempt in range(1, _RETRY_ATTEMPTS + 1):
-            try:
-                async with self._connection() as conn:
-                    if unsynced:
-                        return await self._unsynced(conn, query, params)
-                    cur = await conn.execute(query, params, prepare=None if prepare else False)
-                    rows: list[tuple[Any, ...]] = await cur.fetchall()
-                    return rows
-            except BackendError as exc:
-                if not isinstance(exc.__cause__, _RETRYABLE) or attempt == _RETRY_ATTEMPTS:
-                    raise
-                log.debug("statement hit %s; retrying", type(exc.__cause__).__name__)
-                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
-                delay *= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def once() -> list[tuple[Any, ...]]:
+            async with self._connection() as conn:
+                if unsynced:
+                    return await self._unsynced(conn, query, params)
+                cur = await conn.execute(query, params, prepare=None if prepare else False)
+                rows: list[tuple[Any, ...]] = await cur.fetchall()
+                return rows
+
+        return await self._retrying(once, "statement")
 
     @staticmethod
     async def _unsynced(
         conn: psycopg.AsyncConnection[Any], query: LiteralString, params: dict[str, Any] | None
     ) -> list[tuple[Any, ...]]:
-        try:
-            async with conn.pipeline():
-                await conn.execute(QUERIES["begin"])
-                await conn.execute(QUERIES["commit_unsynced"])
-                cur = await conn.execute(query, params)
-                await conn.execute(QUERIES["commit"])
-        except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    await conn.rollback()
-            raise
+        async with _pipelined_transaction(conn):
+            await conn.execute(QUERIES["commit_unsynced"])
+            cur = await conn.execute(query, params)
         rows: list[tuple[Any, ...]] = await cur.fetchall()
         return rows
+
+    @staticmethod
+    async def _retrying(attempt_once: Callable[[], Awaitable[T]], what: str) -> T:
+        """Run ``attempt_once`` again after a deadlock or serialization failure: those
+        rolled the whole transaction back, so a retry is safe."""
+        delay = 0.005
+        for attempt in range(1, _RETRY_ATTEMPTS + 1):
+            try:
+                return await attempt_once()
+            except BackendError as exc:
+                if not isinstance(exc.__cause__, _RETRYABLE) or attempt == _RETRY_ATTEMPTS:
+                    raise
+                log.debug("%s hit %s; retrying", what, type(exc.__cause__).__name__)
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ registry
 
@@ -372,17 +377,9 @@ class PostgresBackend(Backend):
     async def _create_together(self, batch: list[NewRun]) -> list[CreateResult]:
         async with self._connection() as conn:
             cursors = []
-            try:
-                async with conn.pipeline():
-                    await conn.execute(QUERIES["begin"])
-                    for new in batch:
-                        cursors.append(await conn.execute(QUERIES["create_run"], _new_run(new)))  # noqa: PERF401
-                    await conn.execute(QUERIES["commit"])
-            except BaseException:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.rollback()
-                raise
+            async with _pipelined_transaction(conn):
+                for new in batch:
+                    cursors.append(await conn.execute(QUERIES["create_run"], _new_run(new)))  # noqa: PERF401
             results = []
             for cur in cursors:
                 row = await cur.fetchone()
@@ -567,17 +564,9 @@ class PostgresBackend(Backend):
         # Stable lock order: by run id (the sort keeps a run's transitions in order).
         order = sorted(range(len(transitions)), key=lambda i: transitions[i].run_id)
         planned = [(i, *transition_params(transitions[i])) for i in order]
-        delay = 0.005
-        for attempt in range(1, _RETRY_ATTEMPTS + 1):
-            try:
-                return await self._apply_once(transitions, planned)
-            except BackendError as exc:
-                if not isinstance(exc.__cause__, _RETRYABLE) or attempt == _RETRY_ATTEMPTS:
-                    raise
-                log.debug("apply batch hit %s; retrying", type(exc.__cause__).__name__)
-                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
-                delay *= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._retrying(
+            functools.partial(self._apply_once, transitions, planned), "apply batch"
+        )
 
     async def _apply_once(
         self,
@@ -588,25 +577,14 @@ class PostgresBackend(Backend):
         missing: list[tuple[int, str]] = []
         async with self._connection() as conn:
             cursors = []
-            # BEGIN, the statements and COMMIT go out together and come back after
-            # one sync: one round trip. (conn.transaction() would add syncs around
-            # the block.) An error aborts the transaction; COMMIT is then skipped.
-            try:
-                async with conn.pipeline():
-                    await conn.execute(QUERIES["begin"])
-                    for _, general, params in planned:
-                        query = (
-                            QUERIES["apply_transition_general"]
-                            if general
-                            else QUERIES["apply_transition"]
-                        )
-                        cursors.append(await conn.execute(query, params))
-                    await conn.execute(QUERIES["commit"])
-            except BaseException:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.rollback()
-                raise
+            async with _pipelined_transaction(conn):
+                for _, general, params in planned:
+                    query = (
+                        QUERIES["apply_transition_general"]
+                        if general
+                        else QUERIES["apply_transition"]
+                    )
+                    cursors.append(await conn.execute(query, params))
             for (index, general, params), cur in zip(planned, cursors, strict=True):
                 row = await cur.fetchone()
                 ok = row is not None and (bool(row[0]) if general else True)
@@ -721,3 +699,23 @@ def _new_run(new: NewRun) -> dict[str, Any]:
         "parent_id": new.parent_id,
         "parent_step": new.parent_step,
     }
+
+
+@asynccontextmanager
+async def _pipelined_transaction(
+    conn: psycopg.AsyncConnection[Any],
+) -> AsyncIterator[None]:
+    """BEGIN, the statements the block sends, and COMMIT go out together and come back
+    after one sync: one round trip (``conn.transaction()`` would add syncs around the
+    block). An error aborts the transaction, COMMIT is then skipped and the connection
+    rolled back before it goes back to the pool."""
+    try:
+        async with conn.pipeline():
+            await conn.execute(QUERIES["begin"])
+            yield
+            await conn.execute(QUERIES["commit"])
+    except BaseException:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                await conn.rollback()
+        raise
