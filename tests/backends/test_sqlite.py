@@ -481,8 +481,7 @@ async def test_park_consumes_oldest_buffered_signal(backend: SQLiteBackend) -> N
     assert types[2:] == ["waiting", "step_completed", "signaled", "step_completed", "signaled"]
     c = await claim_one(backend)
     assert c.waits == ()
-    await asyncio.sleep(0.01)
-    assert Notice("wake", run_id) in notices
+    await _until(lambda: Notice("wake", run_id) in notices)
     await unsubscribe()
 
 
@@ -706,6 +705,15 @@ async def test_sweep_respects_retention(backend: SQLiteBackend, clock: FakeClock
 # --------------------------------------------------------------------------- notices & loops
 
 
+async def _until(predicate: Any, timeout: float = 5.0) -> None:
+    """Yield to the loop until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
 async def test_notices_reach_every_backend_on_the_file(db_path: Path, clock: FakeClock) -> None:
     producer = SQLiteBackend(db_path, clock=clock)
     listener = SQLiteBackend(str(db_path.parent / "." / db_path.name), clock=clock)
@@ -724,15 +732,17 @@ async def test_notices_reach_every_backend_on_the_file(db_path: Path, clock: Fak
     await asyncio.wait_for(arrived.wait(), 5)
     assert got == [Notice("wake", run_id)]
     await producer.cancel_run(run_id)
-    for _ in range(100):
-        if len(got) == 3:
-            break
-        await asyncio.sleep(0.01)
+    await _until(lambda: len(got) == 3)
     assert got[1:] == [Notice("cancel", run_id), Notice("done", run_id)]
     await unsubscribe()
-    await producer.create_run(new_run())
-    await asyncio.sleep(0.05)
+    # A subscriber still listening is the witness: once it heard the next notice, the
+    # unsubscribed callback would have heard it too (delivery is in subscription order).
+    witness: list[Notice] = []
+    stop_witness = await listener.subscribe(witness.append)
+    later = (await producer.create_run(new_run())).run.id
+    await _until(lambda: Notice("wake", later) in witness)
     assert len(got) == 3
+    await stop_witness()
     await producer.close()
     await listener.close()
 
