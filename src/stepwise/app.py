@@ -123,13 +123,13 @@ class App:
         self._migrate = migrate
         self._migrated = False
         self._lock = threading.Lock()
-        self._shared = self.settings.database_url.lower().startswith("sqlite")
+        # Built now so a bad URL fails at construction; the backend itself says whether
+        # one instance may serve every event loop (SQLite) or one per loop is needed.
+        self._shared = self._new_backend().shareable_across_loops
         self._opening: dict[object, concurrent.futures.Future[Backend]] = {}
         self._ready: dict[object, Backend] = {}
         self._loops: dict[object, asyncio.AbstractEventLoop] = {}
         self._synced = -1
-        # Validate the URL now, so a typo fails at construction.
-        create_backend(self.settings.database_url, schema=self.settings.schema)
 
     def __repr__(self) -> str:
         from .backends import redact_url
@@ -200,7 +200,6 @@ class App:
             )
             self._registry.add(definition)
             body.__stepwise_name__ = definition.name  # type: ignore[attr-defined]
-            body.__stepwise_version__ = definition.version  # type: ignore[attr-defined]
             return body
 
         return register(fn) if fn is not None else register
@@ -211,7 +210,7 @@ class App:
         concurrency: int = 10,
         workflows: Iterable[str] | str | None = None,
         lease: Duration = "30s",
-        poll_interval: float | None = None,
+        poll_interval: Duration | None = None,
         shutdown_timeout: Duration | None = None,
     ) -> Worker:
         """A worker for this app's workflows; see `stepwise.worker.Worker`."""
@@ -225,6 +224,9 @@ class App:
         )
 
     # ------------------------------------------------------------------ backends
+
+    def _new_backend(self) -> Backend:
+        return create_backend(self.settings.database_url, schema=self.settings.schema)
 
     async def _backend(self) -> Backend:
         loop = asyncio.get_running_loop()
@@ -245,7 +247,7 @@ class App:
                 self._opening[key] = future
         if creator:
             try:
-                backend = create_backend(self.settings.database_url, schema=self.settings.schema)
+                backend = self._new_backend()
                 await backend.open()
                 if self._migrate and not self._migrated:
                     await backend.migrate()
@@ -735,17 +737,16 @@ class App:
 
     async def migrate_async(self) -> int:
         """Apply pending schema migrations; returns the schema version."""
-        backend = await self._backend() if self._migrated else None
-        if backend is None:
-            backend = create_backend(self.settings.database_url, schema=self.settings.schema)
-            await backend.open()
-            try:
-                version = await backend.migrate()
-            finally:
-                await backend.close()
-            self._migrated = True
-            return version
-        return await backend.migrate()
+        # A connection of its own: the app's backends register workflows when they open,
+        # which needs the tables this creates.
+        backend = self._new_backend()
+        await backend.open()
+        try:
+            version = await backend.migrate()
+        finally:
+            await backend.close()
+        self._migrated = True
+        return version
 
     def migrate(self) -> int:
         """Apply pending schema migrations; see `migrate_async`."""

@@ -57,6 +57,27 @@ class Settings:
     max_claims_without_progress: int = 10
     sweep_interval: float = 300.0
 
+    def __post_init__(self) -> None:
+        # Explicit arguments (App(max_step_attempts=...)) get the same checks as the
+        # environment variables.
+        for name in ("database_url", "schema"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
+        minimums = {
+            "max_retention_days": 1,
+            "max_step_attempts": 1,
+            "max_payload_bytes": 1024,
+            "max_claims_without_progress": 0,
+        }
+        for name, minimum in minimums.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        interval = self.sweep_interval
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+            raise ConfigurationError(f"sweep_interval must be seconds >= 0, got {interval!r}")
+
     @classmethod
     def load(
         cls,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .durations import Duration, to_seconds
-from .errors import ConfigurationError, ValidationError, WorkflowNotRegistered
+from .errors import ConfigurationError, ValidationError
 from .names import glob_matches, validate_pattern, validate_workflow_name
 from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 
@@ -157,14 +157,6 @@ class Registry:
         if version is None:
             return versions[max(versions)]
         return versions.get(version)
-
-    def require(self, name: str, version: int | None = None) -> WorkflowDefinition:
-        """Like `get`, but raises `WorkflowNotRegistered`."""
-        found = self.get(name, version)
-        if found is None:
-            what = f"workflow {name!r}" + ("" if version is None else f" version {version}")
-            raise WorkflowNotRegistered(f"{what} is not registered")
-        return found
 
     def all(self) -> list[WorkflowDefinition]:
         """Every definition, sorted by name and version."""

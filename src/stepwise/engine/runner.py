@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._local import outcomes
@@ -780,8 +780,3 @@ def _brief(error: dict[str, Any]) -> dict[str, Any]:
 
 def _engine_error(kind: str, message: str) -> dict[str, Any]:
     return {"type": kind, "message": message}
-
-
-def utcnow() -> datetime:
-    """Wall-clock UTC now (for callers without a database clock)."""
-    return datetime.now(UTC)

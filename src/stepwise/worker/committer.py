@@ -34,8 +34,6 @@ class Committer:
         self._give_up = give_up
         self._queue: list[tuple[Transition, asyncio.Future[TransitionResult]]] = []
         self._flusher: asyncio.Task[None] | None = None
-        self.batches = 0
-        self.transitions = 0
 
     async def submit(self, transition: Transition) -> TransitionResult:
         """Commit ``transition`` (possibly together with others) and return its result."""
@@ -62,8 +60,6 @@ class Committer:
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            self.batches += 1
-            self.transitions += len(batch)
             for (_, future), result in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(result)

@@ -63,7 +63,7 @@ class Worker:
             default: every workflow registered on the app.
         lease: how long a claim lasts without a heartbeat. Default ``"30s"``.
             Heartbeats renew leases every third of it while the worker lives.
-        poll_interval: the fallback polling period in seconds. Default: 1 s on
+        poll_interval: the fallback polling period (a duration). Default: 1 s on
             PostgreSQL (wake-ups come by LISTEN/NOTIFY), 0.1 s on SQLite (other
             processes are only seen by polling).
         shutdown_timeout: how long a graceful stop waits for in-flight steps before
@@ -77,7 +77,7 @@ class Worker:
         concurrency: int = 10,
         workflows: Iterable[str] | str | None = None,
         lease: Duration = "30s",
-        poll_interval: float | None = None,
+        poll_interval: Duration | None = None,
         shutdown_timeout: Duration | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -95,11 +95,13 @@ class Worker:
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.1:
             raise ValidationError(f"lease must be at least 100ms, got {lease!r}")
-        if poll_interval is not None and (poll_interval <= 0 or poll_interval > 3600):
+        self._poll_interval = (
+            None if poll_interval is None else to_seconds(poll_interval, what="poll_interval")
+        )
+        if self._poll_interval is not None and not 0 < self._poll_interval <= 3600:
             raise ValidationError(
-                f"poll_interval must be between 0 and 3600 seconds, got {poll_interval!r}"
+                f"poll_interval must be more than 0 and at most an hour, got {poll_interval!r}"
             )
-        self._poll_interval = poll_interval
         self.shutdown_timeout = (
             self.lease
             if shutdown_timeout is None
