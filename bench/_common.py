@@ -143,3 +143,34 @@ def pg_settings() -> dict[str, Any]:
         for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers"):
             out[name] = admin.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
         return out
+
+
+def w1_figures(
+    concurrency: object,
+    runs: int,
+    elapsed: float,
+    start_seconds: float,
+    counts: tuple[int, int, int, int, int] | None,
+) -> dict[str, Any]:
+    """The W1 figures of one repetition of a 3-step workload. ``counts``: commits (polls
+    already subtracted), write transactions, polls, peak busy and peak connections."""
+    steps = 3 * runs
+    out: dict[str, Any] = {
+        "concurrency": concurrency,
+        "runs": runs,
+        "seconds": elapsed,
+        "runs_per_s": runs / elapsed,
+        "steps_per_s": steps / elapsed,
+        "start_seconds": start_seconds,
+    }
+    if counts is not None:
+        commits, writes, polls, peak_busy, peak_total = counts
+        out.update(
+            commits=commits,
+            commits_per_step=commits / steps,
+            write_tx_per_step=writes / steps,
+            polls_subtracted=polls,
+            peak_busy_connections=peak_busy,
+            peak_connections=peak_total,
+        )
+    return out

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from _common import CommitCounter, Size, fresh_database, percentiles
+from _common import CommitCounter, Size, fresh_database, percentiles, w1_figures
 from dbos import DBOS, DBOSConfig
 
 STARTERS = 16  # client threads enqueueing/starting concurrently
@@ -161,25 +161,14 @@ class DbosBench:
         assert len(ids) == n
         # SQLite keeps updated_at in whole seconds: use the observed time there.
         elapsed = (int(row[1]) / 1000 if self.dialect == "pg" else seen) - started
-        out: dict[str, Any] = {
-            "concurrency": "default (no limit)",
-            "runs": n,
-            "seconds": elapsed,
-            "runs_per_s": n / elapsed,
-            "steps_per_s": 3 * n / elapsed,
-            "start_seconds": starts_done - started,
-        }
-        if self.counter:
-            commits = after - before - polls
-            out.update(
-                commits=commits,
-                commits_per_step=commits / (3 * n),
-                write_tx_per_step=(xid1 - xid0) / (3 * n),
-                polls_subtracted=polls,
-                peak_busy_connections=peak_busy,
-                peak_connections=peak_total,
-            )
-        return out
+        counts = (after - before - polls, xid1 - xid0, polls, peak_busy, peak_total)
+        return w1_figures(
+            "default (no limit)",
+            n,
+            elapsed,
+            starts_done - started,
+            counts if self.counter else None,
+        )
 
     def w1(self) -> dict[str, Any]:
         tries = [self.w1_once() for _ in range(self.size.w1_reps)]

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from _common import CommitCounter, Size, fresh_database, percentiles
+from _common import CommitCounter, Size, fresh_database, percentiles, w1_figures
 
 from stepwise import App, Context
 from stepwise.ids import new_run_id
@@ -153,25 +153,10 @@ class StepwiseBench:
         xid1 = self.counter.next_xid() if self.counter else 0
         assert last is not None
         elapsed = last - started
-        out: dict[str, Any] = {
-            "concurrency": concurrency,
-            "runs": n,
-            "seconds": elapsed,
-            "runs_per_s": n / elapsed,
-            "steps_per_s": 3 * n / elapsed,
-            "start_seconds": starts_done - started,
-        }
-        if self.counter:
-            commits = after - before - polls
-            out.update(
-                commits=commits,
-                commits_per_step=commits / (3 * n),
-                write_tx_per_step=(xid1 - xid0) / (3 * n),
-                polls_subtracted=polls,
-                peak_busy_connections=peak_busy,
-                peak_connections=peak_total,
-            )
-        return out
+        counts = (after - before - polls, xid1 - xid0, polls, peak_busy, peak_total)
+        return w1_figures(
+            concurrency, n, elapsed, starts_done - started, counts if self.counter else None
+        )
 
     async def w1(self) -> dict[str, Any]:
         tries = []

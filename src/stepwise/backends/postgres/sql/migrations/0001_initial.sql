@@ -422,6 +422,20 @@ BEGIN
 END
 $$;
 
+-- Validate an event name and payload as the Python API does (SW001 otherwise).
+CREATE FUNCTION check_event(p_event text, p_payload jsonb) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_event IS NULL OR p_event !~ '^[A-Za-z0-9._-]{1,128}$' THEN
+        RAISE EXCEPTION 'invalid event name %: use 1-128 letters, digits, ''.'', ''_'' or ''-''',
+            quote_nullable(left(p_event, 200)) USING ERRCODE = 'SW001';
+    END IF;
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'the payload must be a JSON value, not SQL NULL' USING ERRCODE = 'SW001';
+    END IF;
+END
+$$;
+
 -- Deliver a signal to one run: 'resolved' (a matching wait, oldest first, got it),
 -- 'buffered' (stored for the run's next matching wait) or 'ended' (run is over).
 -- Raises SW002 if there is no such run.
@@ -431,13 +445,7 @@ DECLARE
     v_run runs;
     v_key text;
 BEGIN
-    IF p_event IS NULL OR p_event !~ '^[A-Za-z0-9._-]{1,128}$' THEN
-        RAISE EXCEPTION 'invalid event name %: use 1-128 letters, digits, ''.'', ''_'' or ''-''',
-            quote_nullable(left(p_event, 200)) USING ERRCODE = 'SW001';
-    END IF;
-    IF p_payload IS NULL THEN
-        RAISE EXCEPTION 'the payload must be a JSON value, not SQL NULL' USING ERRCODE = 'SW001';
-    END IF;
+    PERFORM check_event(p_event, p_payload);
     -- The run's row lock serializes this with parking (which registers waits and
     -- consumes buffered signals under the same lock): no lost wake-up.
     SELECT * INTO v_run FROM runs WHERE id = p_run_id FOR UPDATE;
@@ -478,13 +486,7 @@ DECLARE
     v_key text;
     v_new record;
 BEGIN
-    IF p_event IS NULL OR p_event !~ '^[A-Za-z0-9._-]{1,128}$' THEN
-        RAISE EXCEPTION 'invalid event name %: use 1-128 letters, digits, ''.'', ''_'' or ''-''',
-            quote_nullable(left(p_event, 200)) USING ERRCODE = 'SW001';
-    END IF;
-    IF p_payload IS NULL THEN
-        RAISE EXCEPTION 'the payload must be a JSON value, not SQL NULL' USING ERRCODE = 'SW001';
-    END IF;
+    PERFORM check_event(p_event, p_payload);
     IF p_idempotency_key IS NOT NULL THEN
         -- A concurrent first call holds the key until it commits; then we read its result.
         INSERT INTO published (key, result) VALUES (p_idempotency_key, '{}')
