@@ -14,7 +14,7 @@ $(BIN)/python:
 # Install the core (SQLite only) and run the demo on the embedded default.
 demo: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
-	$(BIN)/stepwise demo
+	$(BIN)/perdure demo
 
 # Install everything and run the whole suite (unit, contract on SQLite and
 # PostgreSQL, engine end to end, CLI, examples, chaos smoke), plus lint and types.
@@ -32,7 +32,7 @@ lint: $(BIN)/python
 typecheck: $(BIN)/python
 	$(BIN)/mypy
 
-# The benchmark suite (bench/): stepwise on PostgreSQL and SQLite, DBOS Transact on
+# The benchmark suite (bench/): perdure on PostgreSQL and SQLite, DBOS Transact on
 # the same server, and the server's raw commit rate; prints ratios, writes JSON.
 bench: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[all]" -r bench/requirements.txt
@@ -41,7 +41,7 @@ bench: $(BIN)/python
 # A small size of the same, in seconds.
 bench-quick: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[all]"
-	$(BIN)/python bench/run.py --quick --contenders stepwise-pg,stepwise-sqlite
+	$(BIN)/python bench/run.py --quick --contenders perdure-pg,perdure-sqlite
 
 # The large chaos configuration: 2,000 runs, 60 s of SIGKILLs, a PostgreSQL restart.
 chaos-large: $(BIN)/python
@@ -49,4 +49,4 @@ chaos-large: $(BIN)/python
 	$(BIN)/python bench/chaos_large.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache stepwise.db stepwise.db-*
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache perdure.db perdure.db-*

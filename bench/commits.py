@@ -2,8 +2,8 @@
 
 Usage: python bench/commits.py [--runs 500] [--url postgresql://postgres@127.0.0.1/postgres]
 
-Uses a dedicated database (stepwise_commits) so that pg_stat_database.xact_commit
-counts only stepwise's own transactions; closes every connection before reading
+Uses a dedicated database (perdure_commits) so that pg_stat_database.xact_commit
+counts only perdure's own transactions; closes every connection before reading
 the counter, because backends flush their statistics when they exit.
 """
 
@@ -14,7 +14,7 @@ import time
 
 import psycopg
 
-from stepwise import App, Context
+from perdure import App, Context
 
 
 def main() -> None:
@@ -24,14 +24,14 @@ def main() -> None:
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
     admin = psycopg.connect(args.url, autocommit=True)
-    admin.execute("DROP DATABASE IF EXISTS stepwise_commits WITH (FORCE)")
-    admin.execute("CREATE DATABASE stepwise_commits")
-    url = args.url.rsplit("/", 1)[0] + "/stepwise_commits"
+    admin.execute("DROP DATABASE IF EXISTS perdure_commits WITH (FORCE)")
+    admin.execute("CREATE DATABASE perdure_commits")
+    url = args.url.rsplit("/", 1)[0] + "/perdure_commits"
 
     def commits() -> int:
         time.sleep(0.5)
         row = admin.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = 'stepwise_commits'"
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = 'perdure_commits'"
         ).fetchone()
         assert row is not None
         return int(row[0])

@@ -23,9 +23,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import fresh_database
-from _stepwise_bench import one
+from _perdure_bench import one
 
-from stepwise import App
+from perdure import App
 
 
 async def main() -> None:

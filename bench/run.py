@@ -1,8 +1,8 @@
-"""The stepwise benchmark suite: every contender, every workload, one table.
+"""The perdure benchmark suite: every contender, every workload, one table.
 
 Usage:
     python bench/run.py [--quick] [--json out.json] [--workloads W1,W2,W2b,W3,W4,W5]
-        [--contenders stepwise-pg,stepwise-sqlite,dbos-pg,dbos-sqlite,limit]
+        [--contenders perdure-pg,perdure-sqlite,dbos-pg,dbos-sqlite,limit]
 
 Each contender runs in its own subprocess (``--child NAME``), one after the other,
 on a fresh dedicated database (``bench_<name>`` on the PostgreSQL server of
@@ -28,7 +28,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-ALL = ("stepwise-pg", "stepwise-sqlite", "dbos-pg", "dbos-sqlite", "limit")
+ALL = ("perdure-pg", "perdure-sqlite", "dbos-pg", "dbos-sqlite", "limit")
 WORKLOADS = ("W1", "W2", "W2b", "W3", "W4", "W5")
 
 
@@ -39,10 +39,10 @@ def run_child(name: str, quick: bool, workloads: set[str]) -> dict[str, Any]:
     from _common import FULL, QUICK
 
     size = QUICK if quick else FULL
-    if name.startswith("stepwise-"):
-        from _stepwise_bench import StepwiseBench
+    if name.startswith("perdure-"):
+        from _perdure_bench import PerdureBench
 
-        bench = StepwiseBench("pg" if name.endswith("pg") else "sqlite", size)
+        bench = PerdureBench("pg" if name.endswith("pg") else "sqlite", size)
         return asyncio.run(bench.run_all(workloads))
     if name.startswith("dbos-"):
         from _dbos_bench import DbosBench
@@ -77,7 +77,7 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 
 ROWS: list[tuple[str, tuple[str, ...], int]] = [
-    ("stepwise commit", ("stepwise_commit",), 0),
+    ("perdure commit", ("perdure_commit",), 0),
     ("W1 runs/s (best)", ("w1", "best", "runs_per_s"), 0),
     ("W1 steps/s (best)", ("w1", "best", "steps_per_s"), 0),
     ("W1 best concurrency", ("w1", "best", "concurrency"), 0),
@@ -147,8 +147,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
 
-    sw = results.get("stepwise-pg", {})
-    sq = results.get("stepwise-sqlite", {})
+    sw = results.get("perdure-pg", {})
+    sq = results.get("perdure-sqlite", {})
     db = results.get("dbos-pg", {})
     lim = results.get("limit")
     s1 = _get(sw, "w1", "best", "steps_per_s")
@@ -158,7 +158,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         s1,
         None if d1 is None else 2 * d1,
         True,
-        f"stepwise {_fmt(s1)} vs 2xDBOS {_fmt(None if d1 is None else 2 * d1)}",
+        f"perdure {_fmt(s1)} vs 2xDBOS {_fmt(None if d1 is None else 2 * d1)}",
     )
     busy = _get(sw, "w1", "best", "peak_busy_connections")
     at = _limit_at(lim, busy)
@@ -189,8 +189,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     add("W2 p50 ≤ 0.5x DBOS", s2, None if d2 is None else 0.5 * d2, False, f"DBOS {_fmt(d2, 2)} ms")
     s3, d3 = _get(sw, "w3", "p99"), _get(db, "w3", "p99")
     add("W3 p99 ≤ 0.5x DBOS", s3, None if d3 is None else 0.5 * d3, False, f"DBOS {_fmt(d3)} ms")
-    add("W4 / W2b ≤ 1.5", _get(sw, "w4", "ratio_to_w2b"), 1.5, False, "stepwise PG")
-    add("W5 / W1 ≥ 0.8", _get(sw, "w5", "ratio_to_w1"), 0.8, True, "stepwise PG")
+    add("W4 / W2b ≤ 1.5", _get(sw, "w4", "ratio_to_w2b"), 1.5, False, "perdure PG")
+    add("W5 / W1 ≥ 0.8", _get(sw, "w5", "ratio_to_w1"), 0.8, True, "perdure PG")
     q1 = _get(sq, "w1", "best", "steps_per_s")
     add(
         "SQLite W1 ≥ 0.5x PG W1",
@@ -249,7 +249,7 @@ def environment() -> dict[str, Any]:
         env["postgres"] = pg_settings()
     except Exception as exc:
         env["postgres"] = f"unavailable: {exc}"
-    env["stepwise_commit"] = _git_head()
+    env["perdure_commit"] = _git_head()
     try:
         from importlib.metadata import version
 
@@ -281,7 +281,7 @@ def main() -> None:
     if args.child:
         commit = _git_head()
         result = run_child(args.child, args.quick, workloads)
-        result["stepwise_commit"] = commit
+        result["perdure_commit"] = commit
         result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         with open(args.child_out, "w") as f:
             json.dump(result, f, indent=1, default=str)
@@ -333,7 +333,7 @@ def main() -> None:
     print()
     print(
         f"machine: {env.get('nproc')} cores, {env.get('mem_total')}; python {env['python']}; "
-        f"postgres {env.get('postgres')}; stepwise {env.get('stepwise_commit')}; "
+        f"postgres {env.get('postgres')}; perdure {env.get('perdure_commit')}; "
         f"dbos {env.get('dbos')}"
     )
     print()

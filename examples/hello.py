@@ -1,11 +1,11 @@
-"""The smallest stepwise program: one workflow, one step, a worker in the background.
+"""The smallest perdure program: one workflow, one step, a worker in the background.
 
 Run it: python examples/hello.py
 """
 
-from stepwise import App, Context
+from perdure import App, Context
 
-app = App()  # ./stepwise.db, or STEPWISE_DATABASE_URL
+app = App()  # ./perdure.db, or PERDURE_DATABASE_URL
 
 
 @app.workflow

@@ -2,8 +2,8 @@
 
 Run a worker for it in one terminal and start runs from another:
 
-    stepwise worker examples.onboarding:app
-    stepwise start onboard-user --input '{"email": "ada@example.com"}' --wait
+    perdure worker examples.onboarding:app
+    perdure start onboard-user --input '{"email": "ada@example.com"}' --wait
 
 or just: python examples/onboarding.py
 """
@@ -14,7 +14,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from stepwise import App, Context, RetryPolicy
+from perdure import App, Context, RetryPolicy
 
 app = App()
 _ids = itertools.count(1)

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from stepwise.backends import redact_url
+from perdure.backends import redact_url
 
 if TYPE_CHECKING:
-    from stepwise.backends.base import Backend
+    from perdure.backends.base import Backend
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-PG_URL = os.environ.get("STEPWISE_TEST_DATABASE_URL") or DEFAULT_PG_URL
+PG_URL = os.environ.get("PERDURE_TEST_DATABASE_URL") or DEFAULT_PG_URL
 
 _pg_problem: str | None = None  # why PostgreSQL tests are skipped (None: reachable)
 
@@ -62,7 +62,7 @@ def _check_postgres(url: str) -> str | None:
     try:
         import psycopg
     except ImportError:
-        return "psycopg is not installed (pip install 'stepwise[postgres]')"
+        return "psycopg is not installed (pip install 'perdure[postgres]')"
     try:
         with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
             conn.execute("SELECT 1")
@@ -85,7 +85,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             returncode=1,
         )
     _pg_problem = (
-        f"PostgreSQL is unreachable at {where} ({problem}); set STEPWISE_TEST_DATABASE_URL "
+        f"PostgreSQL is unreachable at {where} ({problem}); set PERDURE_TEST_DATABASE_URL "
         "or start the server to run the Postgres tests"
     )
 
@@ -106,8 +106,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 class Database:
     """Where a test's database lives: enough to build a backend or an `App` on it.
 
-    ``url`` is what `stepwise.App` / `create_backend` take; ``schema`` is the
-    Postgres schema (``"stepwise"`` for SQLite, where it means nothing).
+    ``url`` is what `perdure.App` / `create_backend` take; ``schema`` is the
+    Postgres schema (``"perdure"`` for SQLite, where it means nothing).
     """
 
     kind: str
@@ -118,12 +118,12 @@ class Database:
     def make_backend(self) -> Backend:
         """A new, not yet opened backend instance on this database."""
         if self.kind == "sqlite":
-            from stepwise.backends.sqlite import SQLiteBackend
+            from perdure.backends.sqlite import SQLiteBackend
 
             assert self.path is not None
             return SQLiteBackend(self.path)
         if self.kind == "postgres":
-            from stepwise.backends.postgres import PostgresBackend
+            from perdure.backends.postgres import PostgresBackend
 
             return PostgresBackend(self.url, schema=self.schema)
         raise AssertionError(f"unknown database kind {self.kind!r}")
@@ -152,8 +152,8 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
 
 @pytest.fixture
 def sqlite_database(tmp_path: Path) -> Database:
-    path = tmp_path / "stepwise.db"
-    return Database(kind="sqlite", url=f"sqlite:///{path}", schema="stepwise", path=path)
+    path = tmp_path / "perdure.db"
+    return Database(kind="sqlite", url=f"sqlite:///{path}", schema="perdure", path=path)
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ async def _opened(db: Database) -> Backend:
 
 @pytest.fixture
 async def sqlite_backend(sqlite_database: Database) -> AsyncIterator[Backend]:
-    """`SQLiteBackend(tmp_path / "stepwise.db")`, opened and migrated."""
+    """`SQLiteBackend(tmp_path / "perdure.db")`, opened and migrated."""
     instance = await _opened(sqlite_database)
     try:
         yield instance

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from stepwise import App, RunHandle
+from perdure import App, RunHandle
 
 
 @pytest.mark.parametrize("cls", [App, RunHandle])

@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from stepwise.backends.postgres import PostgresBackend
-from stepwise.backends.postgres.backend import QUERIES
-from stepwise.errors import IdempotencyConflict, RunNotFound, SchemaVersionError, ValidationError
-from stepwise.ids import is_run_id, new_run_id
-from stepwise.records import (
+from perdure.backends.postgres import PostgresBackend
+from perdure.backends.postgres.backend import QUERIES
+from perdure.errors import IdempotencyConflict, RunNotFound, SchemaVersionError, ValidationError
+from perdure.ids import is_run_id, new_run_id
+from perdure.records import (
     Claim,
     ClaimParams,
     Complete,
@@ -38,7 +38,7 @@ from stepwise.records import (
 
 pytestmark = pytest.mark.postgres
 
-DSN = os.environ.get("STEPWISE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+DSN = os.environ.get("PERDURE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 WAIT = 10.0
 
 BackendFactory = Callable[..., Awaitable[PostgresBackend]]
@@ -298,7 +298,7 @@ async def test_newer_schema_version_is_refused(
     await make_backend()
     await admin.execute("INSERT INTO schema_version (version) VALUES (999)")
     backend = await make_backend(migrate=False)
-    with pytest.raises(SchemaVersionError, match="999 is newer than this stepwise"):
+    with pytest.raises(SchemaVersionError, match="999 is newer than this perdure"):
         await backend.migrate()
 
 
@@ -355,7 +355,7 @@ async def test_sql_producers_work_from_another_search_path(
                 ),
                 ("bad name!",),
             )
-        assert info.value.sqlstate == "SW001"
+        assert info.value.sqlstate == "PD001"
         cur = await conn.execute(
             sql.SQL("SELECT {}.signal_run(%s, 'go', '1')").format(ident), (run.id,)
         )

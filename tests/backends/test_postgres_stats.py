@@ -6,8 +6,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from stepwise.backends.base import Backend
-from stepwise.records import ClaimParams, WorkerInfo
+from perdure.backends.base import Backend
+from perdure.records import ClaimParams, WorkerInfo
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from stepwise import App, Context
+from perdure import App, Context
 
 pytestmark = pytest.mark.postgres
 
@@ -111,7 +111,7 @@ def test_bad_calls_are_rejected_with_clear_errors_and_store_nothing(
 ) -> None:
     with pytest.raises(psycopg.Error, match=message) as info:
         call(conn, postgres_database.schema, function, *args)
-    assert (info.value.sqlstate or "").startswith("SW")
+    assert (info.value.sqlstate or "").startswith("PD")
     assert app.list_runs().items == ()
 
 

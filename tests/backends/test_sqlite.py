@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from stepwise.backends.sqlite import SQLiteBackend
-from stepwise.backends.sqlite._json import contains, json_contains, json_equal
-from stepwise.backends.sqlite._session import MIGRATIONS, QUERIES, split_statements
-from stepwise.errors import (
+from perdure.backends.sqlite import SQLiteBackend
+from perdure.backends.sqlite._json import contains, json_contains, json_equal
+from perdure.backends.sqlite._session import MIGRATIONS, QUERIES, split_statements
+from perdure.errors import (
     BackendError,
     ConfigurationError,
     IdempotencyConflict,
@@ -33,8 +33,8 @@ from stepwise.errors import (
     SchemaVersionError,
     ValidationError,
 )
-from stepwise.ids import new_run_id
-from stepwise.records import (
+from perdure.ids import new_run_id
+from perdure.records import (
     ClaimParams,
     Complete,
     EventWrite,
@@ -52,7 +52,7 @@ from stepwise.records import (
     WorkflowRecord,
 )
 
-PACKAGE = Path(__file__).resolve().parents[2] / "src" / "stepwise" / "backends" / "sqlite"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "perdure" / "backends" / "sqlite"
 PAIRS = (("wf", 1), ("child", 1))
 T0 = 1_700_000_000.0
 
@@ -77,7 +77,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "stepwise.db"
+    return tmp_path / "perdure.db"
 
 
 @pytest.fixture
@@ -257,8 +257,8 @@ async def test_two_connections_never_double_claim(db_path: Path) -> None:
 
 _CLAIMER = """
 import asyncio, json, sys
-from stepwise.backends.sqlite import SQLiteBackend
-from stepwise.records import ClaimParams
+from perdure.backends.sqlite import SQLiteBackend
+from perdure.records import ClaimParams
 
 async def main():
     b = SQLiteBackend(sys.argv[1])
@@ -818,7 +818,7 @@ def test_migrate_concurrently_from_threads(db_path: Path) -> None:
 
 _MIGRATOR = """
 import asyncio, sys
-from stepwise.backends.sqlite import SQLiteBackend
+from perdure.backends.sqlite import SQLiteBackend
 
 async def main():
     b = SQLiteBackend(sys.argv[1])
@@ -860,7 +860,7 @@ async def test_newer_schema_is_refused(backend: SQLiteBackend, db_path: Path) ->
     conn = raw(db_path)
     conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (999, 0)")
     conn.close()
-    with pytest.raises(SchemaVersionError, match=r"999 is newer than this stepwise"):
+    with pytest.raises(SchemaVersionError, match=r"999 is newer than this perdure"):
         await backend.migrate()
 
 

@@ -19,7 +19,7 @@ def test_quick_bench_runs_every_workload_on_sqlite(tmp_path: Path) -> None:
             str(ROOT / "bench" / "run.py"),
             "--quick",
             "--contenders",
-            "stepwise-sqlite",
+            "perdure-sqlite",
             "--json",
             str(out),
         ],
@@ -31,4 +31,4 @@ def test_quick_bench_runs_every_workload_on_sqlite(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert report, "the harness wrote no results"
-    assert "stepwise-sqlite" in json.dumps(report)
+    assert "perdure-sqlite" in json.dumps(report)

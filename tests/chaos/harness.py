@@ -1,6 +1,6 @@
 """The chaos harness: real worker processes, really killed, on a real database.
 
-`run_chaos` spawns N ``stepwise worker tests.chaos.workload:app`` processes, SIGKILLs
+`run_chaos` spawns N ``perdure worker tests.chaos.workload:app`` processes, SIGKILLs
 a random one every U(1, 3) s and restarts it (optionally some faults are a graceful
 SIGTERM or a SIGSTOP/SIGCONT freeze instead), optionally crash-restarts a throwaway
 PostgreSQL cluster (`ThrowawayPostgres`), starts runs of the ``chaos`` workflow,
@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stepwise import App
-from stepwise.errors import BackendError
+from perdure import App
+from perdure.errors import BackendError
 
 from . import workload
 
@@ -156,7 +156,7 @@ class ThrowawayPostgres:
     root). `restart` is an immediate (crash-like) stop followed by a start."""
 
     def __init__(self, base: Path | None = None, user: str = "postgres") -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="stepwise-chaos-pg-", dir=base))
+        self.dir = Path(tempfile.mkdtemp(prefix="perdure-chaos-pg-", dir=base))
         self.data = self.dir / "data"
         self.port = free_port()
         self._as: list[str] = []
@@ -240,18 +240,18 @@ def throwaway_problem(user: str = "postgres") -> str | None:
 def worker_env(kind: str, url: str, schema: str, effects: Path, **extra: str) -> dict[str, str]:
     """The environment of a worker process (and of the harness's own App)."""
     env = dict(os.environ)
-    env["STEPWISE_DATABASE_URL"] = url
-    env["STEPWISE_SCHEMA"] = schema
+    env["PERDURE_DATABASE_URL"] = url
+    env["PERDURE_SCHEMA"] = schema
     env["CHAOS_EFFECTS_DIR"] = str(effects)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    env.setdefault("STEPWISE_SWEEP_INTERVAL", "0")
+    env.setdefault("PERDURE_SWEEP_INTERVAL", "0")
     env.update(extra)
     return env
 
 
 @dataclass
 class WorkerProcess:
-    """One ``stepwise worker`` process; its output goes to a log file (never a pipe)."""
+    """One ``perdure worker`` process; its output goes to a log file (never a pipe)."""
 
     proc: subprocess.Popen[bytes]
     log_path: Path
@@ -309,7 +309,7 @@ def spawn_worker(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"worker-{name}-{time.monotonic_ns()}.log"
     args = [
-        sys.executable, "-m", "stepwise.cli.main", "worker", "tests.chaos.workload:app",
+        sys.executable, "-m", "perdure.cli.main", "worker", "tests.chaos.workload:app",
         "--concurrency", str(concurrency), "--lease", f"{lease}s",
     ]  # fmt: skip
     if poll_interval is not None:
@@ -614,7 +614,7 @@ class ChaosConfig:
     kind: str
     url: str
     workdir: Path
-    schema: str = "stepwise"
+    schema: str = "perdure"
     runs: int = 40
     workers: int = 3
     concurrency: int = 4
@@ -1001,7 +1001,7 @@ def dump_state(probe: Probe, limit: int = 20) -> str:
 def _database(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, str, str, Any]]:
     if args.backend == "sqlite":
         path = workdir / "chaos.db"
-        yield "sqlite", f"sqlite:///{path}", "stepwise", None
+        yield "sqlite", f"sqlite:///{path}", "perdure", None
     elif args.backend == "postgres":
         import secrets
 
@@ -1009,7 +1009,7 @@ def _database(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, st
 
         url = (
             args.url
-            or os.environ.get("STEPWISE_TEST_DATABASE_URL")
+            or os.environ.get("PERDURE_TEST_DATABASE_URL")
             or ("postgresql://postgres@127.0.0.1:5432/postgres")
         )
         schema = f"chaos_{secrets.token_hex(4)}"
@@ -1020,7 +1020,7 @@ def _database(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, st
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     else:  # postgres-throwaway
         with ThrowawayPostgres() as pg:
-            yield "postgres", pg.url, "stepwise", pg
+            yield "postgres", pg.url, "perdure", pg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1053,7 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pg_restarts and args.backend != "postgres-throwaway":
         parser.error("--pg-restarts needs --backend postgres-throwaway (never the shared server)")
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="stepwise-chaos-"))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="perdure-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"workdir {workdir}")
     with _database(args, workdir) as (kind, url, schema, pg):

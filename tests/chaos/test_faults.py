@@ -1,6 +1,6 @@
 """Focused faults on real worker processes (DESIGN §5, RELIABILITY A1 A2 A7 A12 B1 C2).
 
-Each test drives ``stepwise worker tests.chaos.workload:app`` processes, injects one
+Each test drives ``perdure worker tests.chaos.workload:app`` processes, injects one
 fault with a real signal (or a real database restart), and checks the journal, the
 side-effect log and the run rows. Waits are on conditions with deadlines, never on
 timings.
@@ -162,7 +162,7 @@ def test_poison_run_fails_as_PoisonRun_and_other_runs_keep_flowing(
     lab: Lab, tmp_path: Path
 ) -> None:
     limit = 3
-    env = {**lab.env, "STEPWISE_MAX_RECOVERIES": str(limit)}
+    env = {**lab.env, "PERDURE_MAX_RECOVERIES": str(limit)}
 
     def spawn(name: str) -> WorkerProcess:
         return spawn_worker(env, tmp_path / "logs", concurrency=4, lease=LEASE, name=name)

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stepwise import App, Context
+from perdure import App, Context
 
 RUN_STEPS = ("a", "b", "c")
 WORKFLOW = "chaos"

@@ -1,4 +1,4 @@
-"""The `stepwise` command through real subprocesses (worker, demo, operations)."""
+"""The `perdure` command through real subprocesses (worker, demo, operations)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from stepwise import App, Context
+from perdure import App, Context
 from tests.engine.helpers import wait_for
 
-STEPWISE = [sys.executable, "-m", "stepwise.cli.main"]
+PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 
 WORKER_MODULE = textwrap.dedent(
     """
     import os
     import time
     from pathlib import Path
-    from stepwise import App, Context
+    from perdure import App, Context
 
     app = App()
     MARKS = Path(__file__).parent / "marks"
@@ -51,8 +51,8 @@ WORKER_MODULE = textwrap.dedent(
 def env(database, tmp_path: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
     (tmp_path / "cli_app.py").write_text(WORKER_MODULE)
     environ = dict(os.environ)
-    environ["STEPWISE_DATABASE_URL"] = database.url
-    environ["STEPWISE_SCHEMA"] = database.schema
+    environ["PERDURE_DATABASE_URL"] = database.url
+    environ["PERDURE_SCHEMA"] = database.schema
     environ["PYTHONPATH"] = str(tmp_path)
     return environ
 
@@ -74,7 +74,7 @@ def _app(database, tmp_path: Path) -> App:  # type: ignore[no-untyped-def]
 
 def _spawn_worker(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*STEPWISE, "worker", "cli_app:app", "--lease", "5s", *args],
+        [*PERDURE, "worker", "cli_app:app", "--lease", "5s", *args],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -140,7 +140,7 @@ def test_sigterm_is_graceful_the_in_flight_step_commits_and_the_run_is_released(
 def test_operations_commands(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
     def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [*STEPWISE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+            [*PERDURE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
         )
         if check:
             assert result.returncode == 0, result.stdout + result.stderr
@@ -171,10 +171,10 @@ def test_operations_commands(database, env, tmp_path) -> None:  # type: ignore[n
 
 
 def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWISE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERDURE_")}
     started = time.monotonic()
     result = subprocess.run(
-        [*STEPWISE, "demo", "--runs", "3", "--cool-off", "300ms"],
+        [*PERDURE, "demo", "--runs", "3", "--cool-off", "300ms"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -183,5 +183,5 @@ def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(" completed: ") == 3, result.stdout
-    assert (tmp_path / "stepwise.db").exists()
+    assert (tmp_path / "perdure.db").exists()
     assert time.monotonic() - started >= 0.3  # the durable sleep really slept

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, overload
 
-from stepwise.backends.base import Backend
-from stepwise.ids import new_run_id
-from stepwise.records import (
+from perdure.backends.base import Backend
+from perdure.ids import new_run_id
+from perdure.records import (
     Claim,
     ClaimParams,
     NewRun,
@@ -27,7 +27,7 @@ from stepwise.records import (
     TransitionResult,
     WaitWrite,
 )
-from stepwise.serialization import encode
+from perdure.serialization import encode
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from stepwise.backends.base import Backend
-from stepwise.records import Claim, Complete, DeferParams, Park, Release, StepWrite, WaitWrite
+from perdure.backends.base import Backend
+from perdure.records import Claim, Complete, DeferParams, Park, Release, StepWrite, WaitWrite
 
 from .helpers import (
     BackendFactory,

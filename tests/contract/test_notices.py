@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import pytest
 
-from stepwise.backends.base import Backend, Unsubscribe
-from stepwise.records import Complete, Fail, Park, WaitWrite, WorkflowRecord
+from perdure.backends.base import Backend, Unsubscribe
+from perdure.records import Complete, Fail, Park, WaitWrite, WorkflowRecord
 
 from .helpers import (
     BackendFactory,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from stepwise.backends.base import Backend
-from stepwise.errors import IdempotencyConflict
-from stepwise.ids import new_run_id
-from stepwise.records import (
+from perdure.backends.base import Backend
+from perdure.errors import IdempotencyConflict
+from perdure.ids import new_run_id
+from perdure.records import (
     RUN_STATUSES,
     Complete,
     Fail,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from stepwise.backends.base import Backend
-from stepwise.errors import RunNotFound
-from stepwise.ids import new_run_id
-from stepwise.records import (
+from perdure.backends.base import Backend
+from perdure.errors import RunNotFound
+from perdure.ids import new_run_id
+from perdure.records import (
     Claim,
     Complete,
     Park,
@@ -361,7 +361,7 @@ async def test_publish_starts_one_run_per_workflow_even_if_several_patterns_matc
 
 
 async def test_topic_patterns_match_star_only(backend: Backend) -> None:
-    # Names arrive validated (stepwise.names): letters, digits, '.', '_', '-', and '*' in
+    # Names arrive validated (perdure.names): letters, digits, '.', '_', '-', and '*' in
     # patterns. '_' must still match only itself (it is a LIKE wildcard).
     patterns = {
         "order.*": "p_prefix",

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from stepwise.backends.base import Backend
-from stepwise.errors import StepwiseError
-from stepwise.records import (
+from perdure.backends.base import Backend
+from perdure.errors import PerdureError
+from perdure.records import (
     Claim,
     Complete,
     EventWrite,
@@ -795,7 +795,7 @@ async def test_unknown_step_status_is_rejected_and_nothing_written(backend: Back
     held = await claim_one(backend)
     before = await _snapshot(backend, run.id)
     bogus = StepWrite("s", "run", "bogus", js(1))
-    with pytest.raises(StepwiseError):
+    with pytest.raises(PerdureError):
         await transition(backend, held, Complete(js(1)), steps=(bogus,))
     assert await _snapshot(backend, run.id) == before
     # The backend is still usable and the lease still held.

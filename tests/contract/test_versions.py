@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from stepwise.backends.base import Backend
-from stepwise.records import DeferParams, EventWrite, Release, Transition
+from perdure.backends.base import Backend
+from perdure.records import DeferParams, EventWrite, Release, Transition
 
 from .helpers import claim, claim_one, close_to, create, event_types
 

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from stepwise.backends.base import Backend
-from stepwise.records import Complete, Fail, Park, Run, WaitWrite, WorkerInfo
+from perdure.backends.base import Backend
+from perdure.records import Complete, Fail, Park, Run, WaitWrite, WorkerInfo
 
 from .helpers import (
     claim_one,

@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stepwise import App
+from perdure import App
 
 
 @pytest.fixture

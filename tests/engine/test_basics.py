@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from stepwise import (
+from perdure import (
     App,
     Context,
     IdempotencyConflict,
@@ -109,7 +109,7 @@ def test_sync_steps_run_off_the_event_loop_and_async_steps_are_awaited(app: App)
     with app.worker():
         assert app.run(mixed, timeout=20) == ["sync", "async", "awaitable"]
     assert seen["thread"] != seen["loop_thread"]
-    assert str(seen["thread"]).startswith("stepwise-step")
+    assert str(seen["thread"]).startswith("perdure-step")
 
 
 def test_a_sleeping_run_frees_its_slot(app: App) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepwise import App, Context, RunNotFound, SerializationError, ValidationError
+from perdure import App, Context, RunNotFound, SerializationError, ValidationError
 
 from .helpers import wait_for
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from stepwise import (
+from perdure import (
     App,
     Context,
     NonRetriableError,

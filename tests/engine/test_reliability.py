@@ -8,11 +8,11 @@ from typing import Any, cast
 
 import pytest
 
-from stepwise import App, Context, WorkflowFailed
-from stepwise.backends.base import Backend
-from stepwise.errors import BackendError
-from stepwise.records import ClaimParams, Complete, StepWrite, Transition, TransitionResult
-from stepwise.worker.committer import Committer
+from perdure import App, Context, WorkflowFailed
+from perdure.backends.base import Backend
+from perdure.errors import BackendError
+from perdure.records import ClaimParams, Complete, StepWrite, Transition, TransitionResult
+from perdure.worker.committer import Committer
 
 from .helpers import wait_for
 
@@ -69,8 +69,8 @@ class ExecutedThenLost:
 async def test_a_commit_that_succeeded_but_looked_failed_is_retried_without_duplicates(
     backend: Backend,
 ) -> None:
-    from stepwise.ids import new_run_id
-    from stepwise.records import NewRun
+    from perdure.ids import new_run_id
+    from perdure.records import NewRun
 
     run_id = new_run_id()
     await backend.create_run(NewRun(run_id, "wf", 1, "null"))

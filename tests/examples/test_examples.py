@@ -16,8 +16,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 def _env(database) -> dict[str, str]:  # type: ignore[no-untyped-def]
     env = dict(os.environ)
-    env["STEPWISE_DATABASE_URL"] = database.url
-    env["STEPWISE_SCHEMA"] = database.schema
+    env["PERDURE_DATABASE_URL"] = database.url
+    env["PERDURE_SCHEMA"] = database.schema
     env["PYTHONPATH"] = str(ROOT)
     return env
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepwise import parse_duration
-from stepwise.durations import format_duration, to_seconds
+from perdure import parse_duration
+from perdure.durations import format_duration, to_seconds
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 import asyncio
 
-from stepwise._local import Outcome, outcomes
+from perdure._local import Outcome, outcomes
 
 
 async def test_a_worker_hands_the_outcome_to_waiters_of_its_process() -> None:

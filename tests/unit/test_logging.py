@@ -2,15 +2,15 @@ import logging
 
 import pytest
 
-from stepwise._logging import RateLimit
+from perdure._logging import RateLimit
 
 
 def test_repeated_warnings_are_held_back_and_counted(caplog: pytest.LogCaptureFixture) -> None:
-    logger = logging.getLogger("stepwise.test.ratelimit")
+    logger = logging.getLogger("perdure.test.ratelimit")
     limit = RateLimit(interval=3600)
     logger.addFilter(limit)
     try:
-        with caplog.at_level(logging.INFO, logger="stepwise.test.ratelimit"):
+        with caplog.at_level(logging.INFO, logger="perdure.test.ratelimit"):
             for n in range(50):
                 logger.warning("database unreachable: %s", n)
             logger.info("info always passes")

@@ -1,8 +1,8 @@
 import pytest
 
-from stepwise.engine.keys import KeyAllocator
-from stepwise.ids import is_run_id, new_run_id
-from stepwise.names import glob_matches, validate_step_name, validate_workflow_name
+from perdure.engine.keys import KeyAllocator
+from perdure.ids import is_run_id, new_run_id
+from perdure.names import glob_matches, validate_step_name, validate_workflow_name
 
 
 def test_keys_index_repeated_names() -> None:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from stepwise import RetryAfter, RetryPolicy
+from perdure import RetryAfter, RetryPolicy
 
 policies = st.builds(
     RetryPolicy,

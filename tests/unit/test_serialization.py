@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepwise import SerializationError
-from stepwise.serialization import decode, encode, error_from_exception
+from perdure import SerializationError
+from perdure.serialization import decode, encode, error_from_exception
 
 safe_text = st.text(
     alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")

@@ -1,17 +1,17 @@
 import pytest
 
-from stepwise import App, ConfigurationError, ValidationError
-from stepwise.settings import Settings
+from perdure import App, ConfigurationError, ValidationError
+from perdure.settings import Settings
 
 
 def test_environment_then_defaults() -> None:
     settings = Settings.load(
-        env={"STEPWISE_DATABASE_URL": "sqlite:///x.db", "STEPWISE_MAX_STEP_ATTEMPTS": "7"}
+        env={"PERDURE_DATABASE_URL": "sqlite:///x.db", "PERDURE_MAX_STEP_ATTEMPTS": "7"}
     )
     assert (settings.database_url, settings.max_step_attempts, settings.schema) == (
         "sqlite:///x.db",
         7,
-        "stepwise",
+        "perdure",
     )
     assert Settings.load("sqlite:///y.db", env={}).database_url == "sqlite:///y.db"
 

@@ -1,4 +1,4 @@
-from stepwise.backends._sqlfiles import compact, load_migrations, load_queries, parse_queries
+from perdure.backends._sqlfiles import compact, load_migrations, load_queries, parse_queries
 
 
 def test_compact_drops_comments_indentation_and_blank_lines() -> None:
@@ -15,8 +15,8 @@ def test_parse_queries() -> None:
 
 def test_every_dialect_ships_its_queries_and_numbered_migrations() -> None:
     for dialect in ("postgres", "sqlite"):
-        queries = load_queries(f"stepwise.backends.{dialect}")
+        queries = load_queries(f"perdure.backends.{dialect}")
         assert queries and all(q and not q.startswith("--") for q in queries.values())
         # psycopg caches the parsing of statements only up to 4 KB.
         assert max(len(q) for q in queries.values()) < 4096
-        assert load_migrations(f"stepwise.backends.{dialect}")[0].version == 1
+        assert load_migrations(f"perdure.backends.{dialect}")[0].version == 1

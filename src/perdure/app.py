@@ -1,0 +1,753 @@
+"""App: the workflow registry and the client, over one database.
+
+Every client method has an ``*_async`` twin that holds the logic; the sync method is
+a one-line call of the twin through a private event-loop thread (the portal).
+
+Backends and event loops: a PostgreSQL backend (its connection pool) belongs to the
+event loop that opened it, so the app opens one per loop that uses it (the portal's
+loop for sync calls, the caller's loop for ``*_async`` calls, each worker's loop).
+The SQLite backend works from any loop and is shared. `App.close` closes them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, TypeVar, overload
+
+from ._local import Outcome, outcomes
+from ._portal import Portal
+from .backends import create_backend
+from .backends.base import Backend
+from .durations import Duration, to_seconds
+from .errors import (
+    RunNotFound,
+    TimeoutError,
+    ValidationError,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowNotRegistered,
+)
+from .handle import RunHandle
+from .ids import new_run_id
+from .names import validate_event_name, validate_pattern, validate_workflow_name
+from .records import (
+    RUN_STATUSES,
+    Event,
+    ListRunsParams,
+    NewRun,
+    Notice,
+    Page,
+    Published,
+    Run,
+    Step,
+    WorkerInfo,
+    WorkflowRecord,
+    WorkflowSummary,
+)
+from .retry import RetryPolicy
+from .serialization import encode
+from .settings import Settings
+from .worker import Worker
+from .workflow import Body, Registry, define_workflow
+
+__all__ = ["App"]
+
+F = TypeVar("F", bound=Body)
+WorkflowRef = str | Callable[..., Any]
+
+_SHARED = "shared"
+
+
+def workflow_name(workflow: object) -> str:
+    """The name behind a workflow reference: a decorated function or a name."""
+    name = getattr(workflow, "__perdure_name__", workflow)
+    return validate_workflow_name(name)
+
+
+def _aware(value: object, what: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise ValidationError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(f"{what} must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return value
+
+
+def _check_int(value: object, what: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{what} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValidationError(f"{what} must be at least {minimum}, got {value}")
+    if not -(2**31) <= value < 2**31:
+        raise ValidationError(f"{what} {value} is out of range")
+    return value
+
+
+def _check_key(value: object) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 255 or "\x00" in value:
+        raise ValidationError(
+            f"idempotency_key must be a string of 1-255 characters without NUL, got {value!r:.80}"
+        )
+    return value
+
+
+class App:
+    """A perdure application: register workflows, start and watch runs, run workers.
+
+    Args:
+        database_url: ``sqlite:///path.db`` or ``postgresql://user@host/db``. Default:
+            ``PERDURE_DATABASE_URL``, else ``sqlite:///perdure.db`` in the current
+            directory.
+        schema: the PostgreSQL schema (default ``PERDURE_SCHEMA`` or ``perdure``).
+        migrate: apply the schema migrations when the app first touches the database
+            (default True; see also ``perdure migrate``).
+        **settings: overrides of `perdure.settings.Settings` fields.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str | None = None,
+        migrate: bool = True,
+        **settings: Any,
+    ) -> None:
+        self.settings = Settings.load(database_url, schema=schema, **settings)
+        self._registry = Registry()
+        self._portal = Portal()
+        self._migrate = migrate
+        self._migrated = False
+        self._lock = threading.Lock()
+        # Built now so a bad URL fails at construction; the backend itself says whether
+        # one instance may serve every event loop (SQLite) or one per loop is needed.
+        self._shared = self._new_backend().shareable_across_loops
+        self._opening: dict[object, concurrent.futures.Future[Backend]] = {}
+        self._ready: dict[object, Backend] = {}
+        self._loops: dict[object, asyncio.AbstractEventLoop] = {}
+        self._synced = -1
+
+    def __repr__(self) -> str:
+        from .backends import redact_url
+
+        return f"<perdure.App {redact_url(self.settings.database_url)}>"
+
+    # ------------------------------------------------------------------ registration
+
+    @overload
+    def workflow(self, fn: F, /) -> F: ...
+
+    @overload
+    def workflow(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        version: int = 1,
+        retention: Duration | None = None,
+        retry: RetryPolicy | None = None,
+        deadline: Duration | None = None,
+        priority: int | None = None,
+        on: Iterable[str] | str | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def workflow(
+        self,
+        fn: Any = None,
+        /,
+        *,
+        name: str | None = None,
+        version: int = 1,
+        retention: Duration | None = None,
+        retry: RetryPolicy | None = None,
+        deadline: Duration | None = None,
+        priority: int | None = None,
+        on: Iterable[str] | str | None = None,
+    ) -> Any:
+        """Register an ``async def body(ctx, input)`` as a workflow (bare or with options).
+
+        Args:
+            name: the workflow's name; default: the function's name.
+            version: runs keep the version they started with; new runs get the highest.
+            retention: how long finished runs are kept ("30d"; an int is days). Default 30 days.
+            retry: workflow-level `RetryPolicy` (reruns the body from its last committed
+                step). Default: one attempt.
+            deadline: the run fails with DeadlineExceeded this long after it starts.
+            priority: lower numbers are claimed first. Default 100.
+            on: topic patterns (``"user.*"``) whose published events start this workflow.
+
+        The function is returned unchanged (it can still be called directly in tests).
+        """
+
+        def register(body: F) -> F:
+            definition = define_workflow(
+                body,
+                name=name,
+                version=version,
+                retention=retention,
+                retry=retry,
+                deadline=deadline,
+                priority=priority,
+                on=on,
+            )
+            definition = replace(
+                definition,
+                retention_days=min(definition.retention_days, self.settings.max_retention_days),
+            )
+            self._registry.add(definition)
+            body.__perdure_name__ = definition.name  # type: ignore[attr-defined]
+            return body
+
+        return register(fn) if fn is not None else register
+
+    def worker(
+        self,
+        *,
+        concurrency: int = 10,
+        workflows: Iterable[str] | str | None = None,
+        lease: Duration = "30s",
+        poll_interval: Duration | None = None,
+        shutdown_timeout: Duration | None = None,
+    ) -> Worker:
+        """A worker for this app's workflows; see `perdure.worker.Worker`."""
+        return Worker(
+            self,
+            concurrency=concurrency,
+            workflows=workflows,
+            lease=lease,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+        )
+
+    # ------------------------------------------------------------------ backends
+
+    def _new_backend(self) -> Backend:
+        return create_backend(self.settings.database_url, schema=self.settings.schema)
+
+    async def _backend(self) -> Backend:
+        loop = asyncio.get_running_loop()
+        key: object = _SHARED if self._shared else loop
+        backend = self._ready.get(key)
+        if backend is None:
+            backend = await self._open_for(key, loop)
+        if self._synced != self._registry.generation:
+            await self._sync_registry(backend)
+        return backend
+
+    async def _open_for(self, key: object, loop: asyncio.AbstractEventLoop) -> Backend:
+        with self._lock:
+            future = self._opening.get(key)
+            creator = future is None
+            if future is None:
+                future = concurrent.futures.Future()
+                self._opening[key] = future
+        if creator:
+            try:
+                backend = self._new_backend()
+                await backend.open()
+                if self._migrate and not self._migrated:
+                    await backend.migrate()
+                    self._migrated = True
+            except BaseException as exc:
+                with self._lock:
+                    self._opening.pop(key, None)
+                future.set_exception(exc)
+                raise
+            with self._lock:
+                self._ready[key] = backend
+                self._loops[key] = loop
+            future.set_result(backend)
+        return await asyncio.wrap_future(future)
+
+    async def _sync_registry(self, backend: Backend) -> None:
+        generation = self._registry.generation
+        definitions = self._registry.all()
+        if definitions:
+            await backend.register_workflows(
+                [WorkflowRecord(d.name, d.version, d.options()) for d in definitions]
+            )
+            for definition in definitions:
+                for pattern in definition.on:
+                    await backend.subscribe_topic(pattern, definition.name)
+        self._synced = generation
+
+    async def _release_loop_backend(self) -> None:
+        """Close the backend bound to the current loop (a worker's own loop ending)."""
+        if self._shared:
+            return
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            backend = self._ready.pop(loop, None)
+            self._opening.pop(loop, None)
+            self._loops.pop(loop, None)
+        if backend is not None:
+            await backend.close()
+
+    async def close_async(self) -> None:
+        """Close the database connections this loop (and the shared backend) holds."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            keys = [k for k in self._ready if k is loop or k == _SHARED]
+            backends = [self._ready.pop(k) for k in keys]
+            for k in keys:
+                self._opening.pop(k, None)
+                self._loops.pop(k, None)
+        for backend in backends:
+            await backend.close()
+
+    def close(self) -> None:
+        """Close every database connection of the app and stop its portal thread."""
+        portal_loop = self._portal.loop
+        if portal_loop is not None:
+            self._portal.call(self.close_async)
+        with self._lock:
+            leftovers = list(self._ready.items())
+            loops = dict(self._loops)
+            self._ready.clear()
+            self._opening.clear()
+            self._loops.clear()
+        for key, backend in leftovers:
+            loop = loops.get(key)
+            if loop is not None and loop.is_running():
+                try:
+                    asyncio.run_coroutine_threadsafe(backend.close(), loop).result(timeout=10)
+                except Exception:
+                    pass
+        self._portal.close()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close_async()
+
+    # ------------------------------------------------------------------ starting runs
+
+    async def _resolve(
+        self, workflow: WorkflowRef, version: int | None
+    ) -> tuple[str, int, dict[str, Any]]:
+        name = workflow_name(workflow)
+        if version is not None:
+            _check_int(version, "version", minimum=1)
+        definition = self._registry.get(name, version)
+        if definition is not None:
+            return definition.name, definition.version, definition.options()
+        record = await (await self._backend()).get_workflow(name, version)
+        if record is None:
+            what = f"workflow {name!r}" + ("" if version is None else f" version {version}")
+            raise WorkflowNotRegistered(
+                f"{what} is not registered: decorate it with @app.workflow in this process, "
+                "or start a worker that serves it once so the database knows it"
+            )
+        return record.name, record.version, record.options
+
+    async def start_async(
+        self,
+        workflow: WorkflowRef,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        deadline: Duration | datetime | None = None,
+        version: int | None = None,
+        retention_days: int | None = None,
+    ) -> RunHandle:
+        """Start a run: one committed insert; it will run whether or not a worker is up.
+
+        Args:
+            workflow: the decorated function or the workflow's name.
+            input: the run's input, a JSON value (dataclasses/pydantic models become dicts).
+            idempotency_key: the same key (per workflow) returns the existing run instead
+                of starting a second one; with a different input it raises
+                `IdempotencyConflict`.
+            priority: lower numbers are claimed first (default: the workflow's, else 100).
+            delay: start no earlier than this long from now.
+            run_at: start no earlier than this (timezone-aware) time.
+            deadline: a duration from now or an aware datetime; past it the run fails
+                with DeadlineExceeded (default: the workflow's deadline).
+            version: run this version instead of the highest registered one.
+            retention_days: keep the finished run this many days (capped by
+                ``PERDURE_MAX_RETENTION_DAYS``).
+
+        Returns:
+            A `RunHandle`.
+        """
+        name, resolved_version, options = await self._resolve(workflow, version)
+        input_json = encode(
+            input, what=f"the input of workflow {name!r}", max_bytes=self.settings.max_payload_bytes
+        )
+        key = None if idempotency_key is None else _check_key(idempotency_key)
+        prio = (
+            options.get("priority", 100) if priority is None else _check_int(priority, "priority")
+        )
+        if delay is not None and run_at is not None:
+            raise ValidationError("pass either delay or run_at, not both")
+        delay_s = 0.0 if delay is None else to_seconds(delay, what="delay")
+        at = None if run_at is None else _aware(run_at, "run_at")
+        deadline_in: float | None = None
+        deadline_at: datetime | None = None
+        if isinstance(deadline, datetime):
+            deadline_at = _aware(deadline, "deadline")
+        elif deadline is not None:
+            deadline_in = to_seconds(deadline, what="deadline")
+        elif options.get("deadline_seconds") is not None:
+            deadline_in = float(options["deadline_seconds"])
+        if retention_days is None:
+            retention = int(options.get("retention_days", 30))
+        else:
+            retention = _check_int(retention_days, "retention_days", minimum=0)
+        retention = min(retention, self.settings.max_retention_days)
+        new = NewRun(
+            id=new_run_id(),
+            workflow=name,
+            version=resolved_version,
+            input_json=input_json,
+            priority=prio,
+            idempotency_key=key,
+            delay=delay_s,
+            run_at=at,
+            deadline_in=deadline_in,
+            deadline_at=deadline_at,
+            retention_days=retention,
+        )
+        result = await (await self._backend()).create_run(new)
+        return RunHandle(self, result.run.id, name)
+
+    def start(
+        self,
+        workflow: WorkflowRef,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        deadline: Duration | datetime | None = None,
+        version: int | None = None,
+        retention_days: int | None = None,
+    ) -> RunHandle:
+        """Start a run; see `start_async`."""
+        return self._portal.call(
+            self.start_async,
+            workflow,
+            input,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            deadline=deadline,
+            version=version,
+            retention_days=retention_days,
+        )
+
+    async def run_async(
+        self,
+        workflow: WorkflowRef,
+        input: Any = None,
+        *,
+        timeout: float | None = None,
+        **start_options: Any,
+    ) -> Any:
+        """Start a run and wait for its output; see `start_async` and `result_async`."""
+        handle = await self.start_async(workflow, input, **start_options)
+        return await self.result_async(handle.id, timeout=timeout)
+
+    def run(
+        self,
+        workflow: WorkflowRef,
+        input: Any = None,
+        *,
+        timeout: float | None = None,
+        **start_options: Any,
+    ) -> Any:
+        """Start a run and wait for its output; see `run_async`."""
+        return self._portal.call(self.run_async, workflow, input, timeout=timeout, **start_options)
+
+    # ------------------------------------------------------------------ watching runs
+
+    async def result_async(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its output.
+
+        Raises:
+            WorkflowFailed: the run failed (``.error`` holds the cause).
+            WorkflowCancelled: the run was cancelled.
+            TimeoutError: ``timeout`` seconds passed first (the run goes on).
+            RunNotFound: no such run.
+        """
+        limit = None if timeout is None else to_seconds(timeout, what="timeout")
+        backend = await self._backend()
+        loop = asyncio.get_running_loop()
+        ended = asyncio.Event()
+
+        def on_notice(notice: Notice) -> None:
+            if notice.kind == "done" and notice.run_id in (run_id, None):
+                ended.set()
+
+        handed: list[Outcome] = []
+
+        def on_outcome(outcome: Outcome) -> None:
+            handed.append(outcome)
+            ended.set()
+
+        stop_listening = outcomes.listen(run_id, on_outcome)  # a worker of this process
+        unsubscribe = await backend.subscribe(on_notice)  # any process
+        poll = 0.1 if backend.dialect == "sqlite" else 1.0
+        give_up = None if limit is None else loop.time() + limit
+        try:
+            while True:
+                if handed:
+                    status, output, error = handed[0]
+                else:
+                    run = await self._get_run(backend, run_id)
+                    status, output, error = run.status, run.output, run.error
+                if status == "completed":
+                    return output
+                if status == "failed":
+                    raise WorkflowFailed(run_id, error)
+                if status == "cancelled":
+                    raise WorkflowCancelled(run_id)
+                wait = poll
+                if give_up is not None:
+                    remaining = give_up - loop.time()
+                    if remaining <= 0:
+                        raise TimeoutError(f"run {run_id} did not end within {limit:g}s")
+                    wait = min(wait, remaining)
+                try:
+                    await asyncio.wait_for(ended.wait(), wait)
+                except builtins.TimeoutError:
+                    pass
+                ended.clear()
+        finally:
+            stop_listening()
+            await unsubscribe()
+
+    def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its output; see `result_async`."""
+        return self._portal.call(self.result_async, run_id, timeout)
+
+    @staticmethod
+    async def _get_run(backend: Backend, run_id: str) -> Run:
+        if not isinstance(run_id, str):
+            raise RunNotFound(run_id)
+        run = await backend.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def get_run_async(self, run_id: str) -> Run:
+        """The run's current record. Raises `RunNotFound`."""
+        return await self._get_run(await self._backend(), run_id)
+
+    def get_run(self, run_id: str) -> Run:
+        """The run's current record; see `get_run_async`."""
+        return self._portal.call(self.get_run_async, run_id)
+
+    async def list_runs_async(
+        self,
+        workflow: WorkflowRef | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        input_match: Any = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """Runs, newest first, filtered; pass ``page.next_cursor`` back for the next page.
+
+        Args:
+            workflow: only this workflow (function or name).
+            status: only runs in this status.
+            since, until: created at or after ``since`` and before ``until`` (aware datetimes).
+            input_match: only runs whose input contains this JSON value (``@>`` semantics).
+            limit: page size, 1-1000.
+            cursor: from a previous page.
+        """
+        if status is not None and status not in RUN_STATUSES:
+            raise ValidationError(
+                f"status must be one of {', '.join(RUN_STATUSES)}; got {status!r}"
+            )
+        _check_int(limit, "limit", minimum=1)
+        if limit > 1000:
+            raise ValidationError(f"limit must be at most 1000, got {limit}")
+        if cursor is not None and (not isinstance(cursor, str) or len(cursor) > 200):
+            raise ValidationError("cursor must be a string from a previous page")
+        params = ListRunsParams(
+            workflow=None if workflow is None else workflow_name(workflow),
+            status=status,
+            since=None if since is None else _aware(since, "since"),
+            until=None if until is None else _aware(until, "until"),
+            input_match_json=None
+            if input_match is None
+            else encode(input_match, what="input_match"),
+            limit=limit,
+            cursor=cursor,
+        )
+        return await (await self._backend()).list_runs(params)
+
+    def list_runs(
+        self,
+        workflow: WorkflowRef | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        input_match: Any = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """Runs, newest first, filtered; see `list_runs_async`."""
+        return self._portal.call(
+            self.list_runs_async, workflow, status, since, until, input_match, limit, cursor
+        )
+
+    async def get_steps_async(self, run_id: str) -> list[Step]:
+        """The run's journal: one `Step` per step key, in the order they were recorded."""
+        backend = await self._backend()
+        steps = await backend.get_steps(run_id) if isinstance(run_id, str) else []
+        if not steps:
+            await self._get_run(backend, run_id)
+        return steps
+
+    def get_steps(self, run_id: str) -> list[Step]:
+        """The run's journal; see `get_steps_async`."""
+        return self._portal.call(self.get_steps_async, run_id)
+
+    async def get_events_async(self, run_id: str) -> list[Event]:
+        """The run's audit trail (created, claimed, step_completed, ...), oldest first."""
+        backend = await self._backend()
+        events = await backend.get_events(run_id) if isinstance(run_id, str) else []
+        if not events:
+            await self._get_run(backend, run_id)
+        return events
+
+    def get_events(self, run_id: str) -> list[Event]:
+        """The run's audit trail; see `get_events_async`."""
+        return self._portal.call(self.get_events_async, run_id)
+
+    async def list_workflows_async(self) -> list[WorkflowSummary]:
+        """Every known workflow with its number of runs per status."""
+        return await (await self._backend()).workflow_summaries()
+
+    def list_workflows(self) -> list[WorkflowSummary]:
+        """Every known workflow with run counts; see `list_workflows_async`."""
+        return self._portal.call(self.list_workflows_async)
+
+    async def list_workers_async(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
+        """Workers seen within ``seen_within`` (default 5 minutes), newest first."""
+        seconds = to_seconds(seen_within, what="seen_within")
+        return await (await self._backend()).list_workers(seconds)
+
+    def list_workers(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
+        """Live and recently seen workers; see `list_workers_async`."""
+        return self._portal.call(self.list_workers_async, seen_within)
+
+    # ------------------------------------------------------------------ steering runs
+
+    async def cancel_async(self, run_id: str) -> bool:
+        """Cancel a live run (and its live children). True if it was live; False if it
+        had already ended. Raises `RunNotFound`."""
+        if not isinstance(run_id, str):
+            raise RunNotFound(run_id)
+        return await (await self._backend()).cancel_run(run_id)
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel a live run; see `cancel_async`."""
+        return self._portal.call(self.cancel_async, run_id)
+
+    async def signal_async(self, run_id: str, event: str, payload: Any = None) -> bool:
+        """Send ``event`` with ``payload`` to one run.
+
+        Resolves the run's matching `wait_for_event`, or is buffered for its next one.
+        Returns True if delivered or buffered, False if the run has ended (nothing is
+        stored). Raises `RunNotFound`.
+        """
+        validate_event_name(event)
+        payload_json = encode(payload, what=f"the payload of signal {event!r}")
+        if not isinstance(run_id, str):
+            raise RunNotFound(run_id)
+        outcome = await (await self._backend()).deliver_signal(run_id, event, payload_json)
+        return outcome != "ended"
+
+    def signal(self, run_id: str, event: str, payload: Any = None) -> bool:
+        """Send an event to one run; see `signal_async`."""
+        return self._portal.call(self.signal_async, run_id, event, payload)
+
+    async def publish_async(
+        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> Published:
+        """Publish ``event``: resume every run waiting on it whose match the payload
+        satisfies, and start every workflow subscribed to a matching pattern.
+        A repeated ``idempotency_key`` does nothing and returns the first result."""
+        validate_event_name(event)
+        payload_json = encode(payload, what=f"the payload of event {event!r}")
+        key = None if idempotency_key is None else _check_key(idempotency_key)
+        return await (await self._backend()).publish(event, payload_json, key)
+
+    def publish(
+        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> Published:
+        """Publish an event; see `publish_async`."""
+        return self._portal.call(
+            self.publish_async, event, payload, idempotency_key=idempotency_key
+        )
+
+    async def subscribe_async(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Durably start ``workflow`` for every published event matching ``pattern``
+        (``*`` matches any characters). False if the subscription already existed."""
+        validate_pattern(pattern, what="topic pattern")
+        return await (await self._backend()).subscribe_topic(pattern, workflow_name(workflow))
+
+    def subscribe(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Add a durable topic subscription; see `subscribe_async`."""
+        return self._portal.call(self.subscribe_async, pattern, workflow)
+
+    async def unsubscribe_async(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Remove a topic subscription. False if there was none."""
+        validate_pattern(pattern, what="topic pattern")
+        return await (await self._backend()).unsubscribe_topic(pattern, workflow_name(workflow))
+
+    def unsubscribe(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Remove a topic subscription; see `unsubscribe_async`."""
+        return self._portal.call(self.unsubscribe_async, pattern, workflow)
+
+    async def sweep_async(self) -> int:
+        """Delete finished runs past their retention now; returns how many."""
+        backend = await self._backend()
+        total = 0
+        while True:
+            removed = await backend.sweep(self.settings.max_retention_days)
+            total += removed
+            if removed < 1000:
+                return total
+
+    def sweep(self) -> int:
+        """Delete finished runs past their retention; see `sweep_async`."""
+        return self._portal.call(self.sweep_async)
+
+    async def migrate_async(self) -> int:
+        """Apply pending schema migrations; returns the schema version."""
+        # A connection of its own: the app's backends register workflows when they open,
+        # which needs the tables this creates.
+        backend = self._new_backend()
+        await backend.open()
+        try:
+            version = await backend.migrate()
+        finally:
+            await backend.close()
+        self._migrated = True
+        return version
+
+    def migrate(self) -> int:
+        """Apply pending schema migrations; see `migrate_async`."""
+        return self._portal.call(self.migrate_async)

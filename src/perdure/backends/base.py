@@ -1,0 +1,304 @@
+"""The storage contract: every storage behaviour as one typed async method.
+
+Nothing above `perdure.backends` writes SQL or imports a driver. Each backend
+(`postgres`, `sqlite`) implements this class, and one contract test suite
+(`tests/contract/`) runs against every backend. The data model and state machine
+are described in `docs/storage.md`.
+
+Rules every implementation keeps:
+
+* **Fencing.** Every write made on behalf of a claimed run (`apply`,
+  `extend_leases`) checks the run's ``lease_token`` and ``status = 'running'`` in the
+  same statement that writes; a mismatch writes nothing.
+* **Database clock.** Leases, due times and deadlines are judged by the database's
+  clock (Postgres ``now()``; the SQLite backend's own clock), never the caller's.
+* **Validation.** Values arrive validated and JSON arrives encoded (``*_json`` text);
+  backends still reject what would corrupt the store (e.g. unknown status values).
+* **Notices.** After a commit that makes work claimable (create, signal, publish,
+  a park that is due at once, a child's end waking its parent) the backend
+  notifies ``wake``; when a run ends it notifies ``done``; on cancel ``cancel`` and
+  ``done``. Notices carry ids only, may be lost, and may be duplicated; polling is the
+  source of truth.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+
+from ..records import (
+    Claim,
+    ClaimParams,
+    CreateResult,
+    DeferParams,
+    Event,
+    ListRunsParams,
+    NewRun,
+    Notice,
+    Page,
+    Published,
+    Run,
+    SignalOutcome,
+    Step,
+    Transition,
+    TransitionResult,
+    WorkerInfo,
+    WorkflowRecord,
+    WorkflowSummary,
+)
+
+__all__ = ["Backend", "NoticeCallback", "Unsubscribe"]
+
+NoticeCallback = Callable[[Notice], None]
+Unsubscribe = Callable[[], Awaitable[None]]
+
+
+class Backend(abc.ABC):
+    """One database, seen through the storage contract.
+
+    A backend instance belongs to the event loop that opened it unless
+    `shareable_across_loops` is True.
+    """
+
+    #: "postgres" or "sqlite"
+    dialect: str
+    #: True if one instance may be used from several event loops (threads).
+    shareable_across_loops: bool = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect. Does not migrate; call `migrate` for that."""
+
+    @abc.abstractmethod
+    async def migrate(self) -> int:
+        """Apply pending migrations under a lock and return the schema version.
+
+        Safe to call from many processes at once: exactly one applies each migration
+        (Postgres: ``pg_advisory_xact_lock``; SQLite: ``BEGIN IMMEDIATE``), the others
+        wait and then see the new version. Raises `SchemaVersionError` when the
+        database is newer than this code.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close connections and stop background tasks. Idempotent."""
+
+    @abc.abstractmethod
+    async def now(self) -> datetime:
+        """The database clock (timezone-aware UTC)."""
+
+    # ------------------------------------------------------------------ registry
+
+    @abc.abstractmethod
+    async def register_workflows(self, workflows: Sequence[WorkflowRecord]) -> None:
+        """Upsert workflow definitions (name, version, options) into the registry."""
+
+    @abc.abstractmethod
+    async def get_workflow(self, name: str, version: int | None = None) -> WorkflowRecord | None:
+        """A registered definition: that version, or the highest when ``version`` is None."""
+
+    # ------------------------------------------------------------------ producers
+
+    @abc.abstractmethod
+    async def create_run(self, new: NewRun) -> CreateResult:
+        """Insert a run (status ``pending``) and its ``created`` event; notify ``wake``.
+
+        With an idempotency key that already exists for the workflow, return the
+        existing run with ``created=False`` (also under concurrent calls: exactly one
+        insert wins). If that run's input differs from ``new.input_json`` (compared as
+        JSON values), raise `IdempotencyConflict` instead.
+        """
+
+    @abc.abstractmethod
+    async def cancel_run(self, run_id: str) -> bool:
+        """Cancel a live run and, recursively, its live children.
+
+        Sets status ``cancelled`` and ``completed_at``, clears the lease, deletes its
+        waits and buffered signals, records a ``cancelled`` event, notifies ``cancel``
+        and ``done``. If the run has a live parent that is not itself being
+        cancelled, the parent's journal row ``parent_step`` is written as failed
+        (error type ``WorkflowCancelled``) and the parent becomes claimable now.
+        Returns False (and writes nothing) if the run had already ended.
+        Raises `RunNotFound` if there is no such run.
+        """
+
+    @abc.abstractmethod
+    async def deliver_signal(self, run_id: str, event: str, payload_json: str) -> SignalOutcome:
+        """Deliver a signal to one run, in one transaction.
+
+        * ``resolved``: a registered wait of the run on ``event`` whose match the
+          payload contains (oldest wait first) gets a completed journal row (kind
+          ``wait``, output = payload), the wait is deleted, a ``signaled`` event is
+          recorded and the run becomes claimable now (``wake`` notice) unless it is
+          running.
+        * ``buffered``: the run is live but not waiting on a matching wait: the signal
+          is stored, oldest first, for the run's next matching wait.
+        * ``ended``: the run is terminal; nothing is stored.
+
+        Raises `RunNotFound` if there is no such run.
+        """
+
+    @abc.abstractmethod
+    async def publish(
+        self, event: str, payload_json: str, idempotency_key: str | None = None
+    ) -> Published:
+        """Resolve every registered wait on ``event`` whose match the payload
+        contains (as `deliver_signal` does, one per run) and start one run of every
+        workflow subscribed to a pattern matching ``event`` (highest registered
+        version, input = payload). Nothing is buffered. With an ``idempotency_key``
+        already used, return the first call's result and do nothing.
+        """
+
+    @abc.abstractmethod
+    async def subscribe_topic(self, pattern: str, workflow: str) -> bool:
+        """Add a durable subscription; False if it already existed."""
+
+    @abc.abstractmethod
+    async def unsubscribe_topic(self, pattern: str, workflow: str) -> bool:
+        """Remove a subscription; False if there was none."""
+
+    @abc.abstractmethod
+    async def list_subscriptions(self) -> list[tuple[str, str]]:
+        """All (pattern, workflow) subscriptions, sorted."""
+
+    # ------------------------------------------------------------------ reads
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or None."""
+
+    @abc.abstractmethod
+    async def list_runs(self, params: ListRunsParams) -> Page[Run]:
+        """Runs matching the filters, newest first, at most ``params.limit``.
+
+        ``since``/``until`` bound ``created_at`` (inclusive/exclusive);
+        ``input_match_json`` keeps runs whose input contains it (JSON containment,
+        Postgres ``@>`` semantics). ``next_cursor`` is None on the last page.
+        """
+
+    @abc.abstractmethod
+    async def get_steps(self, run_id: str) -> list[Step]:
+        """The run's journal in write order (empty if the run does not exist)."""
+
+    @abc.abstractmethod
+    async def get_events(self, run_id: str) -> list[Event]:
+        """The run's audit trail, oldest first. Completed journal rows appear as
+        ``step_completed`` events (data ``{"step", "kind"}``) at their write time."""
+
+    @abc.abstractmethod
+    async def workflow_summaries(self) -> list[WorkflowSummary]:
+        """Every workflow name that is registered or has runs, with run counts per
+        status (all six statuses present, zeros included), sorted by name."""
+
+    # ------------------------------------------------------------------ workers
+
+    @abc.abstractmethod
+    async def register_worker(self, info: WorkerInfo) -> None:
+        """Upsert a worker row (its ``last_seen_at`` is set to the database's now)."""
+
+    @abc.abstractmethod
+    async def deregister_worker(self, worker_id: str) -> None:
+        """Mark a worker stopped (``stopped_at`` = now)."""
+
+    @abc.abstractmethod
+    async def list_workers(self, seen_within: float) -> list[WorkerInfo]:
+        """Workers seen within the last ``seen_within`` seconds, newest first."""
+
+    @abc.abstractmethod
+    async def claim_runs(self, params: ClaimParams) -> list[Claim]:
+        """Claim up to ``params.limit`` due runs in one transaction.
+
+        Due: status ``pending``, ``waiting`` or ``running`` (an expired lease), with
+        ``available_at <= now``, and (workflow, version) among ``params.workflows``;
+        lowest ``priority`` first, then oldest ``available_at``. Concurrent claimers
+        never get the same run (``FOR UPDATE SKIP LOCKED`` / ``BEGIN IMMEDIATE``).
+
+        Each claimed run: status ``running``, a new ``lease_token`` (previous + 1),
+        ``lease_owner`` = worker, lease and ``available_at`` = now + lease,
+        ``started_at`` set if unset, ``wake_reason`` cleared,
+        ``claims_since_progress`` + 1; a ``claimed`` event (preceded by
+        ``lease_expired`` if it was ``running``). Returns each with its journal and
+        open waits, read in the same transaction.
+        """
+
+    @abc.abstractmethod
+    async def extend_leases(
+        self, worker_id: str, held: Sequence[tuple[str, int]], lease_seconds: float
+    ) -> set[str]:
+        """Renew the leases of the (run id, lease token) pairs still held (status
+        ``running`` and same token): lease and ``available_at`` = now + lease. Also
+        touches the worker's ``last_seen_at``. Returns the ids still held; the caller
+        must abandon the others (lost, cancelled or taken over)."""
+
+    @abc.abstractmethod
+    async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
+        """Apply transitions of claimed runs in one database transaction.
+
+        Each transition is all-or-nothing and fenced on (``run_id``, ``lease_token``,
+        status ``running``); one that fails the fence writes nothing and gets
+        ``ok=False`` without affecting the others. Results are in input order.
+
+        A transition, in order: upserts its journal rows (see `StepWrite`; writing a
+        key deletes the run's wait on that key), adds its events, adds
+        ``step_attempts`` to the run's counter, resets ``claims_since_progress`` to 0,
+        inserts ``children`` (as `create_run` would, with ``parent_id`` set), then
+        applies the outcome:
+
+        * None: the run stays ``running`` under the lease.
+        * `Park`: status ``waiting``, lease cleared, ``wake_reason`` = reason, waits
+          registered (an existing wait on the same key is kept). ``available_at`` =
+          earliest of ``wake_at``, the waits' timeouts and ``deadline_at`` (infinity
+          if none), or now if a registered wait is already satisfiable: a buffered
+          signal matches it (the oldest is consumed into a completed journal row) or
+          its key already has a journal row. A ``waiting`` event is recorded.
+        * `Complete` / `Fail`: status ``completed``/``failed``, output/error and
+          ``completed_at`` set, lease cleared, waits and buffered signals deleted,
+          ``completed``/``failed`` event, ``done`` notice. If the run has a parent, the
+          parent's journal row ``parent_step`` (kind ``child``) is written with the
+          output (or, failed, status ``failed`` with the child's error plus
+          ``"run_id": child id``) and the parent becomes claimable now (unless it is
+          running).
+        * `Retry`: status ``waiting``, ``wake_reason`` ``retry``, ``attempt`` + 1,
+          ``error`` = the error, ``available_at`` = the earlier of ``wake_at`` and
+          ``deadline_at`` (so a long backoff cannot outlive the deadline), lease
+          cleared.
+        * `Release`: lease cleared and claimable now, status ``waiting``, no wake reason.
+        """
+
+    @abc.abstractmethod
+    async def defer_unavailable(self, params: DeferParams) -> list[str]:
+        """Park runs that no worker with their version has claimed.
+
+        Due runs (as `claim_runs` judges them, but due since at least
+        ``params.grace_seconds``) whose workflow name is among ``params.workflows``
+        but whose (name, version) pair is not, at most ``params.limit``: status
+        ``waiting``, ``wake_reason`` ``version``, lease cleared, ``available_at`` = now
+        + min(300, 5 * 2**n) seconds where n counts the run's earlier
+        ``version_unavailable`` events, and a ``version_unavailable`` event (data:
+        worker, version, retry_in). Never fails a run. Returns the deferred ids.
+        """
+
+    @abc.abstractmethod
+    async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
+        """The earliest ``available_at`` of any pending/waiting/running run of these
+        (workflow, version) pairs, or None (nothing scheduled)."""
+
+    # ------------------------------------------------------------------ maintenance
+
+    @abc.abstractmethod
+    async def sweep(self, max_retention_days: int, limit: int = 1000) -> int:
+        """Delete up to ``limit`` terminal runs whose ``completed_at`` +
+        min(``retention_days``, ``max_retention_days``) days is past; their journal,
+        events, waits and signals go with them. Never touches live runs. Returns how
+        many runs were deleted."""
+
+    # ------------------------------------------------------------------ notices
+
+    @abc.abstractmethod
+    async def subscribe(self, callback: NoticeCallback) -> Unsubscribe:
+        """Call ``callback`` (on the subscriber's event loop) for every notice from
+        any process using this database (SQLite: this process only). Returns an
+        async function that unsubscribes."""

@@ -1,0 +1,240 @@
+"""Rows to records, records to parameters, and driver errors to perdure errors.
+
+Queries return runs as the 20 columns of `Run` in field order, so a row slice
+builds a `Run` directly. Journal rows and waits inside a claim arrive as JSON
+arrays (one ``json_agg`` per run keeps the claim a single round trip); their
+timestamps are ISO strings (the session time zone is UTC).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from ...errors import (
+    BackendError,
+    IdempotencyConflict,
+    PerdureError,
+    RunNotFound,
+    ValidationError,
+    WorkflowNotRegistered,
+)
+from ...records import (
+    Claim,
+    Complete,
+    Fail,
+    Park,
+    Release,
+    Retry,
+    Run,
+    Step,
+    StepWrite,
+    Transition,
+    Wait,
+)
+
+__all__ = [
+    "RUN_WIDTH",
+    "claim_from_row",
+    "dumps",
+    "run_from_row",
+    "step_from_row",
+    "transition_params",
+    "translate_error",
+]
+
+#: Number of leading columns that make a `Run`.
+RUN_WIDTH = 20
+
+STEP_KINDS = frozenset({"run", "sleep", "wait", "child", "rollback"})
+STEP_STATUSES = frozenset({"completed", "failed", "retrying"})
+WAKE_REASONS = frozenset({"sleep", "event", "retry", "child", "version", "released"})
+FINAL_STEP_STATUSES = frozenset({"completed", "failed"})
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def translate_error(exc: BaseException) -> PerdureError:
+    """The perdure error for a driver error (the one place SQLSTATEs are mapped).
+
+    ``PD001`` → `ValidationError`, ``PD002`` → `RunNotFound`, ``PD003`` →
+    `IdempotencyConflict`, ``PD004`` → `WorkflowNotRegistered`; data errors (class
+    22) and constraint checks (23502, 23514) → `ValidationError`; everything else
+    (connection loss, deadlock after retries, ...) → `BackendError`. The caller
+    chains the driver error as __cause__.
+    """
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        primary = exc.diag.message_primary or str(exc)
+        detail = exc.diag.message_detail or ""
+        if state == "PD001":
+            return ValidationError(primary)
+        if state == "PD002":
+            return RunNotFound(detail)
+        if state == "PD003":
+            return IdempotencyConflict(primary, detail)
+        if state == "PD004":
+            return WorkflowNotRegistered(primary)
+        if state.startswith("22") or state in ("23502", "23514"):
+            return ValidationError(f"the database rejected a value: {primary}")
+        return BackendError(f"PostgreSQL error ({state or type(exc).__name__}): {primary}")
+    return BackendError(f"PostgreSQL error: {exc}")
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+def run_from_row(row: Sequence[Any]) -> Run:
+    """A `Run` from the first `RUN_WIDTH` columns of a row."""
+    return Run(*row[:RUN_WIDTH])
+
+
+def step_from_row(row: Sequence[Any]) -> Step:
+    """A `Step` from (key, kind, status, output, error, attempts, started_at, completed_at)."""
+    key, kind, status, output, error, attempts, started_at, completed_at = row
+    return Step(key, kind, status, output, error, attempts, _time(started_at), _time(completed_at))
+
+
+def claim_from_row(row: Sequence[Any]) -> Claim:
+    """A `Claim` from a claim_runs row: the run, lease columns, journal and waits (JSON)."""
+    run = run_from_row(row)
+    token, since_progress, step_attempts, recovered, now, journal, waits = row[RUN_WIDTH:]
+    return Claim(
+        run=run,
+        lease_token=token,
+        journal=tuple(step_from_row(item) for item in journal or ()),
+        waits=tuple(Wait(k, e, m, _time(t)) for k, e, m, t in waits or ()),
+        now=now,
+        claims_since_progress=since_progress,
+        step_attempts=step_attempts,
+        recovered=bool(recovered),
+    )
+
+
+# --------------------------------------------------------------------------- params
+
+
+def dumps(value: Any) -> str | None:
+    """Compact JSON text of a small engine-made value (errors, event data, options)."""
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _brief(error: dict[str, Any]) -> dict[str, Any]:
+    return {"type": error.get("type"), "message": error.get("message")}
+
+
+def _unique_steps(steps: Sequence[StepWrite]) -> list[StepWrite]:
+    """One write per key (a final write is not replaced by a later one in the batch)."""
+    chosen: dict[str, StepWrite] = {}
+    for step in steps:
+        if step.kind not in STEP_KINDS:
+            raise ValidationError(f"unknown step kind {step.kind!r} for step {step.key!r}")
+        if step.status not in STEP_STATUSES:
+            raise ValidationError(f"unknown step status {step.status!r} for step {step.key!r}")
+        previous = chosen.get(step.key)
+        if previous is None or previous.status not in FINAL_STEP_STATUSES:
+            chosen[step.key] = step
+    return list(chosen.values())
+
+
+def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
+    """Validate a transition and build its query parameters.
+
+    Returns (general, params): ``general`` is True when the transition has waits or
+    children and needs the plpgsql path; otherwise the single-statement path serves.
+    """
+    steps = _unique_steps(t.steps)
+    events: list[tuple[str, Any]] = [(e.type, e.data) for e in t.events]
+    outcome = t.outcome
+    reason: str | None = None
+    wake_at: datetime | None = None
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    if outcome is None:
+        kind = "none"
+    elif isinstance(outcome, Park):
+        kind = "park"
+        if outcome.reason not in WAKE_REASONS:
+            raise ValidationError(f"unknown wake reason {outcome.reason!r}")
+        reason, wake_at = outcome.reason, outcome.wake_at
+        events.append(("waiting", {"reason": reason, "wake_at": _iso(wake_at)}))
+    elif isinstance(outcome, Complete):
+        kind, output = "complete", outcome.output_json
+        events.append(("completed", None))
+    elif isinstance(outcome, Fail):
+        kind, error = "fail", outcome.error
+        events.append(("failed", _brief(outcome.error)))
+    elif isinstance(outcome, Retry):
+        kind, wake_at, error = "retry", outcome.wake_at, outcome.error
+        events.append(("retrying", {"wake_at": _iso(wake_at), "error": _brief(outcome.error)}))
+    elif isinstance(outcome, Release):
+        kind = "release"
+    else:  # pragma: no cover - the Outcome union is closed
+        raise ValidationError(f"unknown outcome {outcome!r}")
+    if t.step_attempts < 0:
+        raise ValidationError("step_attempts must not be negative")
+    params: dict[str, Any] = {
+        "run_id": t.run_id,
+        "token": t.lease_token,
+        "keys": [s.key for s in steps],
+        "kinds": [s.kind for s in steps],
+        "statuses": [s.status for s in steps],
+        "outputs": [s.output_json for s in steps],
+        "errors": [dumps(s.error) for s in steps],
+        "attempts": [s.attempts for s in steps],
+        "started": [s.started_at for s in steps],
+        "completed": [s.completed_at for s in steps],
+        "event_types": [kind_ for kind_, _ in events],
+        "event_data": [dumps(data) for _, data in events],
+        "step_attempts": t.step_attempts,
+        "outcome": kind,
+        "reason": reason,
+        "wake_at": wake_at,
+        "output": output,
+        "error": dumps(error),
+    }
+    general = bool(t.waits or t.children)
+    if general:
+        params.update(
+            wait_keys=[w.key for w in t.waits],
+            wait_events=[w.event for w in t.waits],
+            wait_matches=[w.match_json for w in t.waits],
+            wait_timeouts=[w.timeout_at for w in t.waits],
+            children=json.dumps(
+                [
+                    {
+                        "id": c.id,
+                        "workflow": c.workflow,
+                        "version": c.version,
+                        "input_json": c.input_json,
+                        "priority": c.priority,
+                        "idempotency_key": c.idempotency_key,
+                        "delay": c.delay,
+                        "run_at": _iso(c.run_at),
+                        "deadline_in": c.deadline_in,
+                        "deadline_at": _iso(c.deadline_at),
+                        "retention_days": c.retention_days,
+                        "parent_step": c.parent_step,
+                    }
+                    for c in t.children
+                ]
+            ),
+        )
+    return general, params

@@ -1,0 +1,137 @@
+"""The LISTEN side of notices: one dedicated connection per backend.
+
+The listener keeps a non-pool connection (autocommit) LISTENing on the schema's
+``<schema>.wake`` and ``<schema>.done`` channels and turns each notification into a
+`Notice`. When the connection is lost (server restart, ``pg_terminate_backend``,
+half-open TCP caught by the periodic ping) it reconnects with jittered exponential
+backoff capped at 5 s, LISTENs again and then delivers ``Notice("wake")`` so
+subscribers re-poll for whatever they missed. Notices are hints; polling is the
+source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ...records import Notice
+
+__all__ = ["Listener", "parse_notice"]
+
+log = logging.getLogger("perdure.backends.postgres")
+
+_KINDS: dict[str, Any] = {"w": "wake", "c": "cancel", "d": "done"}
+
+
+def parse_notice(payload: str) -> Notice | None:
+    """``w:<id>`` → wake, ``c:<id>`` → cancel, ``d:<id>`` → done; None if malformed."""
+    prefix, sep, run_id = payload.partition(":")
+    kind = _KINDS.get(prefix)
+    if kind is None or not sep:
+        return None
+    return Notice(kind, run_id or None)
+
+
+class Listener:
+    """Runs the LISTEN loop in a task on the backend's event loop."""
+
+    #: Seconds between liveness pings while no notification arrives.
+    ping_interval = 30.0
+    #: Cap of the reconnect backoff, in seconds.
+    max_backoff = 5.0
+
+    def __init__(
+        self,
+        conninfo: str,
+        connect_kwargs: dict[str, Any],
+        statements: Sequence[sql.Composed | sql.SQL],
+        ping: sql.Composed | sql.SQL,
+        dispatch: Callable[[Notice], None],
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs = connect_kwargs
+        self._statements = list(statements)
+        self._ping = ping
+        self._dispatch = dispatch
+        self._task: asyncio.Task[None] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._ready = asyncio.Event()
+        #: Successful (re)connections so far (tests watch it).
+        self.connections = 0
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process id of the LISTEN connection, if connected."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.info.backend_pid
+
+    async def start(self, wait: float = 5.0) -> None:
+        """Start the loop and wait (up to ``wait`` s) until it LISTENs."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="perdure-pg-listener")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), wait)
+
+    async def stop(self) -> None:
+        """Stop the loop and close its connection. Idempotent."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._close()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _run(self) -> None:
+        failures = 0
+        last_log = 0.0
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True, **self._kwargs
+                )
+                self._conn = conn
+                for statement in self._statements:
+                    await conn.execute(statement)
+                resumed = self.connections > 0 or failures > 0
+                self.connections += 1
+                failures = 0
+                self._ready.set()
+                if resumed:
+                    log.info("notice listener reconnected")
+                    self._dispatch(Notice("wake"))
+                await self._listen(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                now = time.monotonic()
+                if now - last_log >= 1.0:  # at most one line per second
+                    last_log = now
+                    log.warning("notice listener lost its connection (%s); reconnecting", exc)
+            finally:
+                await self._close()
+            delay = min(self.max_backoff, 0.05 * 2 ** min(failures, 10))
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        while True:
+            async for item in conn.notifies(timeout=self.ping_interval):
+                notice = parse_notice(item.payload)
+                if notice is not None:
+                    self._dispatch(notice)
+            # No notification for a while: make sure the connection is alive.
+            await asyncio.wait_for(conn.execute(self._ping), self.max_backoff * 2)

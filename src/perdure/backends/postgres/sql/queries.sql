@@ -1,0 +1,473 @@
+-- Named queries of the PostgreSQL backend. Each block: a `-- name:` header, one
+-- line saying what it does, then the SQL. Connections set search_path to the
+-- perdure schema, so tables and functions are unqualified. Queries whose text
+-- holds `{ident}` take the one dynamic identifier (the schema, or a notice
+-- channel named after it) through psycopg.sql.Identifier in the backend.
+--
+-- Run rows are returned as the 20 columns of `perdure.records.Run`, in field
+-- order; `wake_at` is available_at of a pending or waiting run when finite.
+
+-- name: migrate_lock
+-- Serialize migrations of one schema (the key is derived from the schema name).
+SELECT pg_advisory_xact_lock(hashtextextended('perdure.migrate:' || %(schema)s, 0))
+
+-- name: schema_exists
+-- Whether the perdure schema exists (CREATE SCHEMA needs a privilege we may lack).
+SELECT to_regnamespace(%(schema)s) IS NOT NULL
+
+-- name: create_schema
+-- Create the perdure schema if it does not exist.
+CREATE SCHEMA IF NOT EXISTS {ident}
+
+-- name: set_local_search_path
+-- Point unqualified names at the perdure schema for the rest of this transaction.
+SET LOCAL search_path TO {ident}
+
+-- name: create_schema_version
+-- The table that records applied migrations (also created by 0001).
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: schema_version
+-- The highest applied migration (0 on an empty schema).
+SELECT coalesce(max(version), 0) FROM schema_version
+
+-- name: record_migration
+-- Record one applied migration.
+INSERT INTO schema_version (version) VALUES (%(version)s)
+
+-- name: listen
+-- Subscribe this session to a notice channel.
+LISTEN {ident}
+
+-- name: ping
+-- Check that a connection is alive.
+SELECT 1
+
+-- name: begin
+-- Open the transaction of an apply batch (sent in the same pipeline as its statements).
+BEGIN
+
+-- name: commit
+-- Commit an apply batch.
+COMMIT
+
+-- name: commit_unsynced
+-- Commit the current transaction without waiting for its WAL flush (claims, leases).
+SET LOCAL synchronous_commit TO off
+
+-- name: now
+-- The database clock.
+SELECT now()
+
+-- name: register_workflows
+-- Upsert workflow definitions into the registry.
+INSERT INTO workflows (name, version, options)
+SELECT w.name, w.version, w.options::jsonb
+FROM unnest(%(names)s::text[], %(versions)s::integer[], %(options)s::text[]) AS w(name, version, options)
+ON CONFLICT (name, version) DO UPDATE SET options = excluded.options, registered_at = now()
+
+-- name: get_workflow
+-- One registered definition: the given version, or the highest when it is NULL.
+SELECT name, version, options
+FROM workflows
+WHERE name = %(name)s AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
+ORDER BY version DESC
+LIMIT 1
+
+-- name: create_run
+-- Create a run idempotently through create_run() and return it with the created flag.
+SELECT c.created,
+       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
+       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
+       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
+       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
+            THEN (c.run).available_at END,
+       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
+       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step
+FROM create_run(
+    p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
+    p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
+    p_idempotency_key => %(idempotency_key)s::text, p_delay => %(delay)s::double precision,
+    p_run_at => %(run_at)s::timestamptz, p_deadline_in => %(deadline_in)s::double precision,
+    p_deadline_at => %(deadline_at)s::timestamptz,
+    p_retention_days => %(retention_days)s::integer, p_parent_id => %(parent_id)s::text,
+    p_parent_step => %(parent_step)s::text
+) AS c
+
+-- name: cancel_run
+-- Cancel a run and its live children through cancel_run().
+SELECT cancel_run(%(run_id)s)
+
+-- name: signal_run
+-- Deliver a signal through signal_run(): resolved, buffered or ended.
+SELECT signal_run(%(run_id)s, %(event)s, %(payload)s::jsonb)
+
+-- name: publish
+-- Publish an event through publish(): {"started": [...], "resumed": [...]}.
+SELECT publish(%(event)s, %(payload)s::jsonb, %(idempotency_key)s::text)
+
+-- name: subscribe_topic
+-- Add a durable topic subscription; returns a row only if it is new.
+INSERT INTO subscriptions (pattern, workflow) VALUES (%(pattern)s, %(workflow)s)
+ON CONFLICT DO NOTHING
+RETURNING 1
+
+-- name: unsubscribe_topic
+-- Remove a topic subscription; returns a row only if there was one.
+DELETE FROM subscriptions WHERE pattern = %(pattern)s AND workflow = %(workflow)s
+RETURNING 1
+
+-- name: list_subscriptions
+-- All topic subscriptions.
+SELECT pattern, workflow FROM subscriptions
+
+-- name: get_run
+-- One run by id.
+SELECT r.id, r.workflow, r.version, r.status, r.input, r.output, r.error, r.attempt,
+       r.priority, r.parent_id, r.created_at, r.started_at, r.completed_at,
+       CASE WHEN r.status IN ('pending', 'waiting') AND r.available_at <> 'infinity'
+            THEN r.available_at END,
+       r.deadline_at, r.idempotency_key, r.wake_reason, r.retention_days, r.updated_at,
+       r.parent_step
+FROM runs r
+WHERE r.id = %(run_id)s
+
+-- name: list_runs
+-- Runs matching the filters, newest first, one more than the page to detect the end.
+SELECT r.id, r.workflow, r.version, r.status, r.input, r.output, r.error, r.attempt,
+       r.priority, r.parent_id, r.created_at, r.started_at, r.completed_at,
+       CASE WHEN r.status IN ('pending', 'waiting') AND r.available_at <> 'infinity'
+            THEN r.available_at END,
+       r.deadline_at, r.idempotency_key, r.wake_reason, r.retention_days, r.updated_at,
+       r.parent_step
+FROM runs r
+WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
+  AND (%(status)s::text IS NULL OR r.status = %(status)s::text)
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s::timestamptz)
+  AND (%(input_match)s::jsonb IS NULL OR r.input @> %(input_match)s::jsonb)
+  AND (%(cursor)s::text IS NULL OR r.id < %(cursor)s::text)
+ORDER BY r.id DESC
+LIMIT %(limit)s::integer + 1
+
+-- name: get_steps
+-- A run's journal in write order.
+SELECT key, kind, status, output, error, attempts, started_at, completed_at
+FROM steps
+WHERE run_id = %(run_id)s
+ORDER BY seq
+
+-- name: get_events
+-- A run's audit trail with its completed journal rows as step_completed events, oldest first.
+SELECT e.type, e.data, e.created_at
+FROM (
+    SELECT type, data, created_at, 1 AS source, id AS ord
+    FROM events
+    WHERE run_id = %(run_id)s
+    UNION ALL
+    SELECT 'step_completed', jsonb_build_object('step', key, 'kind', kind), recorded_at, 0, seq
+    FROM steps
+    WHERE run_id = %(run_id)s AND status = 'completed'
+) AS e
+ORDER BY e.created_at, e.source, e.ord
+
+-- name: workflow_summaries
+-- Run counts per workflow and status, plus every registered name (status NULL).
+SELECT workflow, status, count(*)::integer FROM runs GROUP BY workflow, status
+UNION ALL
+SELECT DISTINCT name, NULL, 0 FROM workflows
+
+-- name: register_worker
+-- Upsert a worker row; last_seen_at is the database's now.
+INSERT INTO workers (id, host, pid, workflows, concurrency, started_at, last_seen_at, stopped_at)
+VALUES (%(id)s, %(host)s, %(pid)s::integer, %(workflows)s::jsonb, %(concurrency)s::integer,
+        %(started_at)s::timestamptz, now(), %(stopped_at)s::timestamptz)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, workflows = excluded.workflows,
+    concurrency = excluded.concurrency, started_at = excluded.started_at,
+    last_seen_at = now(), stopped_at = excluded.stopped_at
+
+-- name: deregister_worker
+-- Mark a worker stopped.
+UPDATE workers SET stopped_at = now() WHERE id = %(id)s
+
+-- name: list_workers
+-- Workers seen within the last N seconds, newest first.
+SELECT id, host, pid, workflows, concurrency, started_at, last_seen_at, stopped_at
+FROM workers
+WHERE last_seen_at >= now() - make_interval(secs => %(seconds)s::double precision)
+ORDER BY last_seen_at DESC, id
+
+-- name: claim_runs
+-- Claim due runs of the given (workflow, version) pairs in one statement: lock them
+-- (SKIP LOCKED), start a new lease, log lease_expired/claimed events, and return each
+-- with its journal and open waits.
+WITH due AS (
+    SELECT r.id, r.status, r.lease_owner
+    FROM runs r
+    WHERE r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= now()
+      AND (r.workflow, r.version) IN (
+          SELECT p.workflow, p.version
+          FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))
+    ORDER BY r.priority, r.available_at
+    LIMIT %(limit)s::integer
+    FOR UPDATE OF r SKIP LOCKED
+),
+claimed AS (
+    UPDATE runs AS r SET
+        status = 'running',
+        lease_token = r.lease_token + 1,
+        lease_owner = %(worker)s::text,
+        lease_expires_at = now() + make_interval(secs => %(lease)s::double precision),
+        available_at = now() + make_interval(secs => %(lease)s::double precision),
+        started_at = coalesce(r.started_at, now()),
+        wake_reason = NULL,
+        claims_since_progress = r.claims_since_progress + 1,
+        updated_at = now()
+    FROM due
+    WHERE r.id = due.id
+    RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
+),
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT c.id, 'lease_expired', jsonb_build_object('worker', c.previous_owner)
+    FROM claimed c
+    WHERE c.previous_status = 'running'
+    UNION ALL
+    SELECT c.id, 'claimed',
+           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
+    FROM claimed c
+)
+SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
+       c.updated_at, c.parent_step,
+       c.lease_token, c.claims_since_progress, c.step_attempts,
+       c.previous_status = 'running', now(),
+       (SELECT json_agg(json_build_array(s.key, s.kind, s.status, s.output, s.error, s.attempts,
+                                         s.started_at, s.completed_at) ORDER BY s.seq)
+        FROM steps s WHERE s.run_id = c.id),
+       (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
+        FROM waits w WHERE w.run_id = c.id)
+FROM claimed c
+ORDER BY c.priority, c.id
+
+-- name: extend_leases
+-- Renew the leases still held (same token, running), locking rows in id order, and
+-- touch the worker's last_seen_at; returns the ids still held.
+WITH seen AS (
+    UPDATE workers SET last_seen_at = now() WHERE id = %(worker)s
+),
+held AS (
+    SELECT r.id
+    FROM runs r
+    JOIN unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS h(id, token)
+      ON h.id = r.id AND h.token = r.lease_token
+    WHERE r.status = 'running'
+    ORDER BY r.id
+    FOR UPDATE OF r
+)
+UPDATE runs AS r SET
+    lease_expires_at = now() + make_interval(secs => %(lease)s::double precision),
+    available_at = now() + make_interval(secs => %(lease)s::double precision)
+FROM held
+WHERE r.id = held.id
+RETURNING r.id
+
+-- name: apply_transition
+-- Apply one fenced transition that has no waits and no children, in one statement:
+-- the fenced UPDATE applies the outcome, and every other write selects FROM it, so a
+-- failed fence writes nothing. Returns the journal keys written (no row: lease lost).
+WITH fence AS (
+    UPDATE runs AS r SET
+        status = CASE %(outcome)s::text
+            WHEN 'none' THEN 'running'
+            WHEN 'complete' THEN 'completed'
+            WHEN 'fail' THEN 'failed'
+            ELSE 'waiting' END,
+        lease_owner = CASE WHEN %(outcome)s::text = 'none' THEN r.lease_owner END,
+        lease_expires_at = CASE WHEN %(outcome)s::text = 'none' THEN r.lease_expires_at END,
+        available_at = CASE %(outcome)s::text
+            WHEN 'none' THEN r.available_at
+            WHEN 'park' THEN coalesce(
+                least(%(wake_at)s::timestamptz, r.deadline_at,
+                      (SELECT min(w.timeout_at) FROM waits w
+                       WHERE w.run_id = r.id AND w.key <> ALL (%(keys)s::text[]))),
+                'infinity')
+            WHEN 'retry' THEN coalesce(least(%(wake_at)s::timestamptz, r.deadline_at), now())
+            WHEN 'release' THEN now()
+            ELSE 'infinity' END,
+        wake_reason = CASE %(outcome)s::text
+            WHEN 'none' THEN r.wake_reason
+            WHEN 'park' THEN %(reason)s::text
+            WHEN 'retry' THEN 'retry' END,
+        attempt = r.attempt + CASE WHEN %(outcome)s::text = 'retry' THEN 1 ELSE 0 END,
+        output = CASE WHEN %(outcome)s::text = 'complete' THEN %(output)s::json ELSE r.output END,
+        error = CASE %(outcome)s::text
+            WHEN 'complete' THEN NULL
+            WHEN 'fail' THEN %(error)s::jsonb
+            WHEN 'retry' THEN %(error)s::jsonb
+            ELSE r.error END,
+        completed_at = CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN now() END,
+        step_attempts = r.step_attempts + %(step_attempts)s::integer,
+        claims_since_progress = 0,
+        updated_at = now()
+    WHERE r.id = %(run_id)s::text AND r.lease_token = %(token)s::bigint AND r.status = 'running'
+    RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at
+),
+written AS (
+    INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
+                            started_at, completed_at, recorded_at)
+    SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
+           u.started_at, coalesce(u.completed_at, now()), now()
+    FROM fence f
+    CROSS JOIN unnest(%(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[],
+                      %(outputs)s::text[], %(errors)s::text[], %(attempts)s::integer[],
+                      %(started)s::timestamptz[], %(completed)s::timestamptz[])
+               WITH ORDINALITY
+               AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
+    ORDER BY u.ord
+    ON CONFLICT (run_id, key) DO UPDATE SET
+        seq = excluded.seq, kind = excluded.kind, status = excluded.status,
+        output = excluded.output, error = excluded.error, attempts = excluded.attempts,
+        started_at = excluded.started_at, completed_at = excluded.completed_at,
+        recorded_at = excluded.recorded_at
+    WHERE s.status = 'retrying'
+    RETURNING s.key
+),
+unwaited AS (
+    DELETE FROM waits w
+    USING fence f
+    WHERE w.run_id = f.id
+      AND (w.key = ANY (%(keys)s::text[]) OR %(outcome)s::text IN ('complete', 'fail'))
+),
+unbuffered AS (
+    DELETE FROM signals g
+    USING fence f
+    WHERE g.run_id = f.id AND %(outcome)s::text IN ('complete', 'fail')
+),
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT f.id, e.type, e.data::jsonb
+    FROM fence f
+    CROSS JOIN unnest(%(event_types)s::text[], %(event_data)s::text[]) WITH ORDINALITY
+               AS e(type, data, ord)
+    ORDER BY e.ord
+)
+SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
+       CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id) END,
+       CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= now()
+            THEN send_notice('w', f.id) END,
+       -- A child's end: the parent's journal row and wake-up, under the parent's lock.
+       CASE WHEN %(outcome)s::text IN ('complete', 'fail') AND f.parent_id IS NOT NULL
+            THEN child_ended(
+                f.parent_id, f.parent_step, f.id, f.created_at,
+                CASE WHEN %(outcome)s::text = 'complete' THEN 'completed' ELSE 'failed' END,
+                %(output)s::json, %(error)s::jsonb) END
+FROM fence f
+
+-- name: apply_transition_general
+-- Apply one fenced transition of any shape (waits, children) through apply_transition().
+SELECT t.ok, t.written
+FROM apply_transition(
+    %(run_id)s::text, %(token)s::bigint,
+    %(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[], %(outputs)s::text[],
+    %(errors)s::text[], %(attempts)s::integer[], %(started)s::timestamptz[],
+    %(completed)s::timestamptz[], %(event_types)s::text[], %(event_data)s::text[],
+    %(step_attempts)s::integer, %(outcome)s::text, %(reason)s::text,
+    %(wake_at)s::timestamptz, %(output)s::text, %(error)s::text,
+    %(wait_keys)s::text[], %(wait_events)s::text[], %(wait_matches)s::text[],
+    %(wait_timeouts)s::timestamptz[], %(children)s::jsonb
+) AS t
+
+-- name: existing_steps
+-- Journal rows of the given (run id, key) pairs (final rows a transition did not overwrite).
+SELECT s.run_id, s.key, s.kind, s.status, s.output, s.error, s.attempts, s.started_at,
+       s.completed_at
+FROM steps s
+JOIN unnest(%(run_ids)s::text[], %(keys)s::text[]) AS k(run_id, key)
+  ON s.run_id = k.run_id AND s.key = k.key
+
+-- name: next_wake_at
+-- The earliest finite available_at of live runs of the given (workflow, version) pairs.
+SELECT min(r.available_at)
+FROM runs r
+WHERE r.status IN ('pending', 'waiting', 'running')
+  AND r.available_at < 'infinity'
+  AND (r.workflow, r.version) IN (
+      SELECT p.workflow, p.version
+      FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))
+
+-- name: sweep
+-- Delete up to N ended runs past their retention (journal, events, waits, signals cascade).
+WITH doomed AS (
+    SELECT id
+    FROM runs
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND completed_at + make_interval(days => least(retention_days, %(max_days)s::integer)) < now()
+    ORDER BY completed_at
+    LIMIT %(limit)s::integer
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM runs r USING doomed d WHERE r.id = d.id RETURNING r.id
+)
+SELECT count(*)::integer FROM gone
+
+-- name: defer_unavailable
+-- Park due runs of the served names whose version no served pair has (5 s doubling to 5 min).
+WITH due AS (
+    SELECT r.id, r.version
+    FROM runs r
+    WHERE r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= now() - make_interval(secs => %(grace)s)
+      AND r.workflow = ANY(%(names)s::text[])
+      AND (r.workflow, r.version) NOT IN (
+          SELECT p.workflow, p.version
+          FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))
+    ORDER BY r.available_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), delays AS (
+    SELECT d.id, d.version,
+           least(300, 5 * power(2, (SELECT count(*) FROM events e
+                                    WHERE e.run_id = d.id AND e.type = 'version_unavailable')))
+               AS delay
+    FROM due d
+), parked AS (
+    UPDATE runs r SET
+        status = 'waiting',
+        wake_reason = 'version',
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        available_at = now() + make_interval(secs => d.delay),
+        updated_at = now()
+    FROM delays d
+    WHERE r.id = d.id
+    RETURNING r.id, d.version, d.delay
+), logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT id, 'version_unavailable',
+           jsonb_build_object('worker', %(worker)s::text, 'version', version, 'retry_in', delay)
+    FROM parked
+)
+SELECT id FROM parked
+
+-- name: runs_stats_stale
+-- True when runs grew a lot since its last ANALYZE (judged by its size on disk, which,
+-- unlike the statistics collector's counters, is never behind).
+SELECT CASE WHEN c.reltuples < 0 THEN v.pages > 50
+            ELSE v.pages > 2 * c.relpages + 100 END
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN LATERAL (
+    SELECT pg_relation_size(c.oid) / current_setting('block_size')::integer AS pages) v
+WHERE n.nspname = current_schema() AND c.relname = 'runs'
+
+-- name: analyze_runs
+-- Refresh the planner statistics of runs, so claims keep using the claim index.
+ANALYZE runs

@@ -1,0 +1,368 @@
+"""Worker transactions: claim, lease renewal and `apply` (fenced transitions)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, get_args
+
+from ...errors import ValidationError
+from ...records import (
+    Claim,
+    ClaimParams,
+    Complete,
+    DeferParams,
+    Fail,
+    Park,
+    Release,
+    Retry,
+    Step,
+    StepKind,
+    StepStatus,
+    StepWrite,
+    Transition,
+    TransitionResult,
+    Wait,
+    WakeReason,
+)
+from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
+from ._ops import add_event, brief, insert_run, write_child_result, write_step
+from ._session import QUERIES, Session, is_busy
+
+__all__ = ["apply", "claim_runs", "extend_leases", "validate_transitions"]
+
+log = logging.getLogger("perdure.backends.sqlite")
+
+_STEP_KINDS = frozenset(get_args(StepKind))
+_STEP_STATUSES = frozenset(get_args(StepStatus))
+_WAKE_REASONS = frozenset(get_args(WakeReason))
+_OUTCOMES = (Park, Complete, Fail, Retry, Release)
+
+
+def _pairs_json(pairs: Sequence[tuple[str, int]]) -> str:
+    return json.dumps([[name, version] for name, version in pairs])
+
+
+# --------------------------------------------------------------------------- claim
+
+
+def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
+    if params.limit <= 0 or not params.workflows:
+        return []
+    pairs = _pairs_json(params.workflows)
+    # A plain read first: an idle poll never takes the write lock.
+    probe = s.one(QUERIES["claim_select"], {"now": s.clock(), "pairs": pairs, "limit": 1})
+    if probe is None:
+        return []
+    with s.write() as now:
+        picked = s.all(QUERIES["claim_select"], {"now": now, "pairs": pairs, "limit": params.limit})
+        if not picked:
+            return []
+        ids_json = json.dumps([row["id"] for row in picked])
+        expires = micro(now + params.lease_seconds)
+        claimed = {
+            row["id"]: row
+            for row in s.all(
+                QUERIES["claim_update"],
+                {"ids": ids_json, "worker": params.worker_id, "expires": expires, "now": now},
+            )
+        }
+        events: list[dict[str, Any]] = []
+        for row in picked:
+            run_id = row["id"]
+            if row["status"] == "running":
+                data = json.dumps({"worker": row["lease_owner"]})
+                events.append({"run_id": run_id, "type": "lease_expired", "data": data, "now": now})
+            data = json.dumps(
+                {"worker": params.worker_id, "lease_token": claimed[run_id]["lease_token"]}
+            )
+            events.append({"run_id": run_id, "type": "claimed", "data": data, "now": now})
+        s.conn.executemany(QUERIES["insert_event"], events)
+        journals: dict[str, list[Step]] = {}
+        for step in s.all(QUERIES["claim_journals"], {"ids": ids_json}):
+            journals.setdefault(step["run_id"], []).append(to_step(step))
+        waits: dict[str, list[Wait]] = {}
+        for wait in s.all(QUERIES["claim_waits"], {"ids": ids_json}):
+            waits.setdefault(wait["run_id"], []).append(to_wait(wait))
+    at = to_dt(now)
+    claims = []
+    for row in picked:
+        run_id = row["id"]
+        run = claimed[run_id]
+        claims.append(
+            Claim(
+                run=to_run(run),
+                lease_token=run["lease_token"],
+                journal=tuple(journals.get(run_id, ())),
+                waits=tuple(waits.get(run_id, ())),
+                now=at,
+                claims_since_progress=run["claims_since_progress"],
+                step_attempts=run["step_attempts"],
+                recovered=row["status"] == "running",
+            )
+        )
+    return claims
+
+
+def extend_leases(
+    s: Session, worker_id: str, held: Sequence[tuple[str, int]], lease_seconds: float
+) -> set[str]:
+    with s.write() as now:
+        s.run(QUERIES["touch_worker"], {"id": worker_id, "now": now})
+        expires = micro(now + lease_seconds)
+        still: set[str] = set()
+        for run_id, token in held:
+            if s.run(QUERIES["extend_lease"], {"id": run_id, "token": token, "expires": expires}):
+                still.add(run_id)
+        return still
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def _unique_steps(steps: Sequence[StepWrite]) -> list[StepWrite]:
+    """One write per key: a final write in the batch is not replaced by a later one."""
+    chosen: dict[str, StepWrite] = {}
+    for step in steps:
+        previous = chosen.get(step.key)
+        if previous is None or previous.status == "retrying":
+            chosen[step.key] = step
+    return list(chosen.values())
+
+
+def validate_transitions(transitions: Sequence[Transition]) -> None:
+    """Reject values that would corrupt the store, before anything is written."""
+    for t in transitions:
+        if t.step_attempts < 0:
+            raise ValidationError(f"run {t.run_id}: step_attempts must not be negative")
+        for step in t.steps:
+            if step.kind not in _STEP_KINDS:
+                raise ValidationError(f"run {t.run_id}: unknown step kind {step.kind!r}")
+            if step.status not in _STEP_STATUSES:
+                raise ValidationError(f"run {t.run_id}: unknown step status {step.status!r}")
+        if t.outcome is not None and not isinstance(t.outcome, _OUTCOMES):
+            raise ValidationError(f"run {t.run_id}: unknown outcome {t.outcome!r}")
+        if isinstance(t.outcome, Park) and t.outcome.reason not in _WAKE_REASONS:
+            raise ValidationError(f"run {t.run_id}: unknown park reason {t.outcome.reason!r}")
+
+
+def apply(s: Session, transitions: Sequence[Transition]) -> list[TransitionResult]:
+    validate_transitions(transitions)
+    results: list[TransitionResult] = []
+    with s.write() as now:
+        for t in transitions:
+            outer = s.notices
+            s.notices = []
+            s.conn.execute("SAVEPOINT transition")
+            try:
+                result = _apply_one(s, t, now)
+            except sqlite3.Error as exc:
+                s.notices = outer
+                if is_busy(exc):
+                    raise
+                s.conn.execute("ROLLBACK TO transition")
+                s.conn.execute("RELEASE transition")
+                log.error(
+                    "run %s: transition rejected by SQLite, nothing written: %s", t.run_id, exc
+                )
+                results.append(TransitionResult(ok=False))
+                continue
+            s.conn.execute("RELEASE transition")
+            outer.extend(s.notices)
+            s.notices = outer
+            results.append(result)
+    return results
+
+
+def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
+    fence = s.one(
+        QUERIES["fence_run"],
+        {"id": t.run_id, "token": t.lease_token, "step_attempts": t.step_attempts, "now": now},
+    )
+    if fence is None:
+        return TransitionResult(ok=False)
+    existing: list[Step] = []
+    for w in _unique_steps(t.steps):
+        stored = write_step(
+            s,
+            t.run_id,
+            w.key,
+            w.kind,
+            w.status,
+            now,
+            output_json=w.output_json,
+            error=w.error,
+            attempts=w.attempts,
+            started_at=to_ts_opt(w.started_at),
+            completed_at=to_ts_opt(w.completed_at),
+        )
+        if stored is not None:
+            existing.append(stored)
+    if t.events:
+        s.conn.executemany(
+            QUERIES["insert_event"],
+            [
+                {
+                    "run_id": t.run_id,
+                    "type": e.type,
+                    "data": None if e.data is None else json.dumps(e.data, default=str),
+                    "now": now,
+                }
+                for e in t.events
+            ],
+        )
+    for child in t.children:
+        if insert_run(s, child, now, parent_id=t.run_id) is not None:
+            s.notify("wake", child.id)
+    outcome = t.outcome
+    if isinstance(outcome, Park):
+        _park(s, t, outcome, fence["deadline_at"], now)
+    elif isinstance(outcome, Complete | Fail):
+        _finish(s, t.run_id, outcome, fence, now)
+    elif isinstance(outcome, Retry):
+        data = {"wake_at": outcome.wake_at.isoformat(), "error": brief(outcome.error)}
+        add_event(s, t.run_id, "retrying", data, now)
+        deadline_at = fence["deadline_at"]
+        wake_at = to_ts(outcome.wake_at)
+        if deadline_at is not None:
+            wake_at = min(wake_at, deadline_at)
+        s.run(
+            QUERIES["retry_run"],
+            {
+                "id": t.run_id,
+                "error": json.dumps(outcome.error, default=str),
+                "available_at": wake_at,
+                "now": now,
+            },
+        )
+        if wake_at <= now:
+            s.notify("wake", t.run_id)
+    elif isinstance(outcome, Release):
+        s.run(QUERIES["release_run"], {"id": t.run_id, "now": now})
+        s.notify("wake", t.run_id)
+    return TransitionResult(ok=True, existing=tuple(existing))
+
+
+def _park(s: Session, t: Transition, park: Park, deadline_at: float | None, now: float) -> None:
+    run_id = t.run_id
+    due_now = False
+    for w in t.waits:
+        s.run(
+            QUERIES["insert_wait"],
+            {
+                "run_id": run_id,
+                "key": w.key,
+                "event": w.event,
+                "match": w.match_json,
+                "timeout_at": to_ts_opt(w.timeout_at),
+                "now": now,
+            },
+        )
+        if s.one(QUERIES["final_step_exists"], {"run_id": run_id, "key": w.key}) is not None:
+            due_now = True  # resolved while the run was running: nothing left to wait for
+    for child in t.children:
+        if (
+            child.parent_step is not None
+            and s.one(QUERIES["final_step_exists"], {"run_id": run_id, "key": child.parent_step})
+            is not None
+        ):
+            due_now = True  # the child already ended
+    wake_at = None if park.wake_at is None else park.wake_at.isoformat()
+    add_event(s, run_id, "waiting", {"reason": park.reason, "wake_at": wake_at}, now)
+    timeouts: list[float] = []
+    for wait in s.all(QUERIES["run_waits"], {"run_id": run_id}):
+        signal = s.one(
+            QUERIES["find_buffered_signal"],
+            {"run_id": run_id, "event": wait["event"], "match": wait["match"]},
+        )
+        if signal is None:
+            if wait["timeout_at"] is not None:
+                timeouts.append(wait["timeout_at"])
+            continue
+        s.run(QUERIES["delete_signal"], {"id": signal["id"]})
+        write_step(
+            s,
+            run_id,
+            wait["key"],
+            "wait",
+            "completed",
+            now,
+            output_json=signal["payload"],
+            started_at=wait["created_at"],
+            completed_at=now,
+        )
+        data = {"step": wait["key"], "event": wait["event"], "buffered": True}
+        add_event(s, run_id, "signaled", data, now)
+        due_now = True
+    if due_now:
+        available_at = now
+    else:
+        times = [x for x in (to_ts_opt(park.wake_at), deadline_at, *timeouts) if x is not None]
+        available_at = min(times) if times else INFINITY
+    s.run(
+        QUERIES["park_run"],
+        {"id": run_id, "reason": park.reason, "available_at": available_at, "now": now},
+    )
+    if available_at <= now:
+        s.notify("wake", run_id)
+
+
+def _finish(
+    s: Session, run_id: str, outcome: Complete | Fail, fence: sqlite3.Row, now: float
+) -> None:
+    if isinstance(outcome, Complete):
+        status, output, error = "completed", outcome.output_json, None
+    else:
+        status, output, error = "failed", None, outcome.error
+    s.run(
+        QUERIES["finish_run"],
+        {
+            "id": run_id,
+            "status": status,
+            "output": output,
+            "error": None if error is None else json.dumps(error, default=str),
+            "now": now,
+        },
+    )
+    s.run(QUERIES["delete_run_waits"], {"run_id": run_id})
+    s.run(QUERIES["delete_run_signals"], {"run_id": run_id})
+    add_event(s, run_id, status, None if error is None else brief(error), now)
+    s.notify("done", run_id)
+    if fence["parent_id"] is not None:
+        child = {
+            "id": run_id,
+            "parent_id": fence["parent_id"],
+            "parent_step": fence["parent_step"],
+            "created_at": fence["created_at"],
+        }
+        write_child_result(s, child, now, output_json=output, error=error)
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def defer_unavailable(s: Session, params: DeferParams) -> list[str]:
+    if params.limit <= 0 or not params.workflows:
+        return []
+    names = json.dumps(sorted({name for name, _ in params.workflows}))
+    query = {"names": names, "pairs": _pairs_json(params.workflows), "limit": params.limit}
+    if (
+        s.one(QUERIES["defer_select"], {**query, "cutoff": s.clock() - params.grace_seconds})
+        is None
+    ):
+        return []  # the common case: a plain read, no write lock
+    deferred = []
+    with s.write() as now:
+        for row in s.all(QUERIES["defer_select"], {**query, "cutoff": now - params.grace_seconds}):
+            count = s.one(QUERIES["count_version_unavailable"], {"id": row["id"]})
+            delay = min(300.0, 5.0 * 2 ** int(count["n"] if count else 0))
+            s.run(
+                QUERIES["defer_update"],
+                {"id": row["id"], "available_at": micro(now + delay), "now": now},
+            )
+            data = {"worker": params.worker_id, "version": row["version"], "retry_in": delay}
+            add_event(s, row["id"], "version_unavailable", data, now)
+            deferred.append(row["id"])
+    return deferred

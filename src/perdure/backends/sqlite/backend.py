@@ -1,0 +1,500 @@
+"""The SQLite backend: the storage contract over one file, from any event loop.
+
+All sqlite3 work happens on one thread that the backend owns (a single-worker
+executor), on one connection opened in that thread in autocommit mode. Every write
+transaction begins with ``BEGIN IMMEDIATE``; that, not any lock in this process, is
+what keeps several processes on the same file correct. The async methods submit a
+plain function to the thread and await it, so one backend serves every event loop
+(`shareable_across_loops`).
+
+Notices stay inside the process (SQLite has no LISTEN/NOTIFY): every backend on the
+same file shares one hub, and other processes find the work by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+from ...errors import BackendError, ConfigurationError, SchemaVersionError
+from ...records import (
+    RUN_STATUSES,
+    Claim,
+    ClaimParams,
+    CreateResult,
+    DeferParams,
+    Event,
+    ListRunsParams,
+    NewRun,
+    Page,
+    Published,
+    Run,
+    SignalOutcome,
+    Step,
+    Transition,
+    TransitionResult,
+    WorkerInfo,
+    WorkflowRecord,
+    WorkflowSummary,
+)
+from ..base import Backend, NoticeCallback, Unsubscribe
+from . import _ops, _worker_ops
+from ._convert import INFINITY, dumps, micro, to_dt, to_event, to_run, to_step, to_ts, to_worker
+from ._hub import hub_for
+from ._json import json_contains
+from ._session import MIGRATIONS, QUERIES, Session, is_busy, split_statements
+
+__all__ = ["SQLiteBackend"]
+
+log = logging.getLogger("perdure.backends.sqlite")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_BUSY_ATTEMPTS = 6
+_CACHED_STATEMENTS = 512
+_MAX_ID = "\U0010ffff"  # sorts after every run id: the first page's upper bound
+
+
+class SQLiteBackend(Backend):
+    """The storage contract on an SQLite file (the embedded default).
+
+    Args:
+        path: the database file (created if missing; not ``:memory:``).
+        synchronous: ``PRAGMA synchronous``: ``NORMAL`` (default; with WAL an
+            application crash loses nothing, an OS crash or power loss may roll back
+            the last commits) or ``FULL`` (no acknowledged commit is lost).
+        busy_timeout_ms: how long a statement waits for another process's write lock.
+        clock: the database clock in Unix seconds; every "now" comes from it.
+    """
+
+    dialect = "sqlite"
+    shareable_across_loops = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 30_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        mode = str(synchronous).upper()
+        if mode not in _SYNCHRONOUS:
+            raise ConfigurationError(
+                f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
+            )
+        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+            raise ConfigurationError(f"busy_timeout_ms must be an integer, got {busy_timeout_ms!r}")
+        if busy_timeout_ms < 0:
+            raise ConfigurationError("busy_timeout_ms must not be negative")
+        # Absolute now: the connection opens later, on another thread.
+        self.path = Path(os.path.abspath(os.fspath(path)))
+        self._synchronous = mode
+        self._busy_timeout_ms = busy_timeout_ms
+        self._clock = clock
+        self._hub = hub_for(self.path)
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._session: Session | None = None  # touched only on the executor thread
+        self._subscriptions: set[int] = set()
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _executor_for_call(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                if self._closed:
+                    raise BackendError(f"the SQLite backend on {self.path} is closed")
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="perdure-sqlite"
+                )
+            return self._executor
+
+    async def _call(
+        self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        executor = self._executor_for_call()
+        try:
+            future = executor.submit(functools.partial(self._run, fn, *args, **kwargs))
+        except RuntimeError as exc:  # shut down between the check and the submit
+            raise BackendError(f"the SQLite backend on {self.path} is closed") from exc
+        return await asyncio.wrap_future(future)
+
+    def _connect(self) -> Session:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout_ms / 1000,
+            isolation_level=None,
+            cached_statements=_CACHED_STATEMENTS,
+        )
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning(
+                    "SQLite file %s is not in WAL mode (journal_mode=%s): is it on a network "
+                    "filesystem? Concurrent workers will be slow or fail.",
+                    self.path,
+                    mode,
+                )
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.create_function("json_contains", 2, json_contains, deterministic=True)
+        except BaseException:
+            conn.close()
+            raise
+        return Session(conn, self._clock)
+
+    def _run(
+        self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``fn`` on the backend thread: connect if needed, retry busy errors,
+        wrap driver errors, and send the notices of a committed operation."""
+        delay = 0.02
+        for attempt in range(1, _BUSY_ATTEMPTS + 1):
+            session = self._session
+            try:
+                if session is None:
+                    session = self._session = self._connect()
+                session.notices = []
+                result = fn(session, *args, **kwargs)
+            except sqlite3.Error as exc:
+                if session is not None:
+                    self._rollback(session)
+                busy = isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+                if busy and attempt < _BUSY_ATTEMPTS:
+                    log.debug("SQLite busy (%s); retrying in %.2fs", exc, delay)
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise BackendError(f"SQLite error on {self.path}: {exc}") from exc
+            except BaseException:
+                if session is not None:
+                    self._rollback(session)
+                raise
+            notices, session.notices = session.notices, []
+            self._hub.publish(notices)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _rollback(session: Session) -> None:
+        try:
+            if session.conn.in_transaction:
+                session.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        session.notices = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        with self._lock:
+            self._closed = False
+        await self._call(_noop)
+
+    async def migrate(self) -> int:
+        return await self._call(_migrate)
+
+    async def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+            self._closed = True
+            tokens, self._subscriptions = self._subscriptions, set()
+        for token in tokens:
+            self._hub.remove(token)
+        if executor is None:
+            return
+        try:
+            await asyncio.wrap_future(executor.submit(self._close_session))
+        finally:
+            executor.shutdown(wait=False)
+
+    def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except sqlite3.Error as exc:
+                log.warning("closing %s failed: %s", self.path, exc)
+
+    async def now(self) -> datetime:
+        return to_dt(self._clock())
+
+    # ------------------------------------------------------------------ registry
+
+    async def register_workflows(self, workflows: Sequence[WorkflowRecord]) -> None:
+        if workflows:
+            await self._call(_register_workflows, list(workflows))
+
+    async def get_workflow(self, name: str, version: int | None = None) -> WorkflowRecord | None:
+        return await self._call(_get_workflow, name, version)
+
+    # ------------------------------------------------------------------ producers
+
+    async def create_run(self, new: NewRun) -> CreateResult:
+        return await self._call(_ops.create_run, new)
+
+    async def cancel_run(self, run_id: str) -> bool:
+        return await self._call(_ops.cancel_run, run_id)
+
+    async def deliver_signal(self, run_id: str, event: str, payload_json: str) -> SignalOutcome:
+        return await self._call(_ops.deliver_signal, run_id, event, payload_json)
+
+    async def publish(
+        self, event: str, payload_json: str, idempotency_key: str | None = None
+    ) -> Published:
+        return await self._call(_ops.publish, event, payload_json, idempotency_key)
+
+    async def subscribe_topic(self, pattern: str, workflow: str) -> bool:
+        return await self._call(_subscribe_topic, pattern, workflow)
+
+    async def unsubscribe_topic(self, pattern: str, workflow: str) -> bool:
+        return await self._call(_unsubscribe_topic, pattern, workflow)
+
+    async def list_subscriptions(self) -> list[tuple[str, str]]:
+        return await self._call(_list_subscriptions)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return await self._call(_get_run, run_id)
+
+    async def list_runs(self, params: ListRunsParams) -> Page[Run]:
+        return await self._call(_list_runs, params)
+
+    async def get_steps(self, run_id: str) -> list[Step]:
+        return await self._call(_get_steps, run_id)
+
+    async def get_events(self, run_id: str) -> list[Event]:
+        return await self._call(_get_events, run_id)
+
+    async def workflow_summaries(self) -> list[WorkflowSummary]:
+        return await self._call(_workflow_summaries)
+
+    # ------------------------------------------------------------------ workers
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        await self._call(_register_worker, info)
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        await self._call(_deregister_worker, worker_id)
+
+    async def list_workers(self, seen_within: float) -> list[WorkerInfo]:
+        return await self._call(_list_workers, seen_within)
+
+    async def claim_runs(self, params: ClaimParams) -> list[Claim]:
+        return await self._call(_worker_ops.claim_runs, params)
+
+    async def extend_leases(
+        self, worker_id: str, held: Sequence[tuple[str, int]], lease_seconds: float
+    ) -> set[str]:
+        return await self._call(_worker_ops.extend_leases, worker_id, list(held), lease_seconds)
+
+    async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
+        if not transitions:
+            return []
+        return await self._call(_worker_ops.apply, list(transitions))
+
+    async def defer_unavailable(self, params: DeferParams) -> list[str]:
+        return await self._call(_worker_ops.defer_unavailable, params)
+
+    async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
+        if not workflows:
+            return None
+        return await self._call(_next_wake_at, list(workflows))
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def sweep(self, max_retention_days: int, limit: int = 1000) -> int:
+        if limit <= 0:
+            return 0
+        return await self._call(_sweep, max_retention_days, limit)
+
+    # ------------------------------------------------------------------ notices
+
+    async def subscribe(self, callback: NoticeCallback) -> Unsubscribe:
+        token = self._hub.add(asyncio.get_running_loop(), callback)
+        with self._lock:
+            self._subscriptions.add(token)
+
+        async def unsubscribe() -> None:
+            self._hub.remove(token)
+            with self._lock:
+                self._subscriptions.discard(token)
+
+        return unsubscribe
+
+
+# --------------------------------------------------------------------------- thread-side
+
+
+def _noop(s: Session) -> None:
+    return None
+
+
+def _migrate(s: Session) -> int:
+    latest = MIGRATIONS[-1].version if MIGRATIONS else 0
+    with s.write() as now:
+        s.conn.execute(QUERIES["create_schema_version"])
+        row = s.one(QUERIES["current_schema_version"], {})
+        current = 0 if row is None else int(row["version"])
+        if current > latest:
+            raise SchemaVersionError(
+                f"database schema version {current} is newer than this perdure "
+                f"(knows up to {latest}): upgrade perdure"
+            )
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            for statement in split_statements(migration.sql):
+                s.conn.execute(statement)
+            s.run(QUERIES["insert_schema_version"], {"version": migration.version, "now": now})
+            log.info("applied SQLite migration %s", migration.name)
+    return max(current, latest)
+
+
+def _register_workflows(s: Session, workflows: list[WorkflowRecord]) -> None:
+    with s.write() as now:
+        s.conn.executemany(
+            QUERIES["upsert_workflow"],
+            [
+                {
+                    "name": w.name,
+                    "version": w.version,
+                    "options": dumps(w.options or {}),
+                    "now": now,
+                }
+                for w in workflows
+            ],
+        )
+
+
+def _get_workflow(s: Session, name: str, version: int | None) -> WorkflowRecord | None:
+    if version is None:
+        row = s.one(QUERIES["get_workflow_latest"], {"name": name})
+    else:
+        row = s.one(QUERIES["get_workflow_version"], {"name": name, "version": version})
+    if row is None:
+        return None
+    return WorkflowRecord(row["name"], row["version"], json.loads(row["options"]) or {})
+
+
+def _subscribe_topic(s: Session, pattern: str, workflow: str) -> bool:
+    with s.write() as now:
+        args = {"pattern": pattern, "workflow": workflow, "now": now}
+        return s.run(QUERIES["insert_subscription"], args) > 0
+
+
+def _unsubscribe_topic(s: Session, pattern: str, workflow: str) -> bool:
+    with s.write():
+        args = {"pattern": pattern, "workflow": workflow}
+        return s.run(QUERIES["delete_subscription"], args) > 0
+
+
+def _list_subscriptions(s: Session) -> list[tuple[str, str]]:
+    return [(r["pattern"], r["workflow"]) for r in s.all(QUERIES["list_subscriptions"], {})]
+
+
+def _get_run(s: Session, run_id: str) -> Run | None:
+    row = s.one(QUERIES["get_run"], {"id": run_id})
+    return None if row is None else to_run(row)
+
+
+def _list_runs(s: Session, params: ListRunsParams) -> Page[Run]:
+    limit = int(params.limit)
+    if limit <= 0:
+        return Page((), None)
+    args = {
+        "before": _MAX_ID if params.cursor is None else str(params.cursor),
+        "status": params.status,
+        "since": None if params.since is None else to_ts(params.since),
+        "until": None if params.until is None else to_ts(params.until),
+        "input_match": params.input_match_json,
+        "limit": limit + 1,
+    }
+    if params.workflow is None:
+        rows = s.all(QUERIES["list_runs"], args)
+    else:
+        rows = s.all(QUERIES["list_runs_of_workflow"], {**args, "workflow": params.workflow})
+    items = tuple(to_run(row) for row in rows[:limit])
+    return Page(items, items[-1].id if len(rows) > limit else None)
+
+
+def _get_steps(s: Session, run_id: str) -> list[Step]:
+    return [to_step(row) for row in s.all(QUERIES["get_steps"], {"run_id": run_id})]
+
+
+def _get_events(s: Session, run_id: str) -> list[Event]:
+    return [to_event(row) for row in s.all(QUERIES["get_events"], {"run_id": run_id})]
+
+
+def _workflow_summaries(s: Session) -> list[WorkflowSummary]:
+    counts: dict[str, dict[str, int]] = {}
+    for row in s.all(QUERIES["workflow_summaries"], {}):
+        per = counts.setdefault(row["name"], dict.fromkeys(RUN_STATUSES, 0))
+        if row["status"] is not None:
+            per[row["status"]] = per.get(row["status"], 0) + int(row["n"])
+    return [WorkflowSummary(name, counts[name]) for name in sorted(counts)]
+
+
+def _register_worker(s: Session, info: WorkerInfo) -> None:
+    with s.write() as now:
+        s.run(
+            QUERIES["upsert_worker"],
+            {
+                "id": info.id,
+                "host": info.host,
+                "pid": info.pid,
+                "workflows": json.dumps(list(info.workflows)),
+                "concurrency": info.concurrency,
+                "started_at": to_ts(info.started_at),
+                "now": now,
+            },
+        )
+
+
+def _deregister_worker(s: Session, worker_id: str) -> None:
+    with s.write() as now:
+        s.run(QUERIES["stop_worker"], {"id": worker_id, "now": now})
+
+
+def _list_workers(s: Session, seen_within: float) -> list[WorkerInfo]:
+    since = micro(s.clock() - seen_within)
+    return [to_worker(row) for row in s.all(QUERIES["list_workers"], {"since": since})]
+
+
+def _next_wake_at(s: Session, workflows: list[tuple[str, int]]) -> datetime | None:
+    pairs = json.dumps([[name, version] for name, version in workflows])
+    row = s.one(QUERIES["next_wake_at"], {"pairs": pairs})
+    at = None if row is None else row["at"]
+    return None if at is None or at >= INFINITY else to_dt(at)
+
+
+def _sweep(s: Session, max_retention_days: int, limit: int) -> int:
+    with s.write() as now:
+        deleted = s.run(
+            QUERIES["sweep_runs"], {"now": now, "max_days": max_retention_days, "limit": limit}
+        )
+        before = now - max(0, max_retention_days) * 86400.0
+        s.run(QUERIES["sweep_published"], {"before": before})
+        s.run(QUERIES["sweep_workers"], {"before": before})
+        return deleted

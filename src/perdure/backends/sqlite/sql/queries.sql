@@ -1,0 +1,505 @@
+-- Named queries of the SQLite backend (perdure.backends.sqlite.backend).
+-- Times are REAL Unix seconds bound by the backend (its clock), JSON is TEXT.
+-- Run rows are always selected with the same column list, read by name.
+
+-- name: create_schema_version
+-- Create the schema_version table if it is missing (before reading the version).
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     INTEGER PRIMARY KEY,
+    applied_at  REAL NOT NULL
+)
+
+-- name: current_schema_version
+-- The highest applied migration (0 on an empty database).
+SELECT COALESCE(MAX(version), 0) AS version FROM schema_version
+
+-- name: insert_schema_version
+-- Record one applied migration.
+INSERT INTO schema_version (version, applied_at) VALUES (:version, :now)
+
+-- name: upsert_workflow
+-- Register (or refresh) one workflow definition.
+INSERT INTO workflows (name, version, options, registered_at)
+VALUES (:name, :version, :options, :now)
+ON CONFLICT (name, version) DO UPDATE SET
+    options = excluded.options,
+    registered_at = excluded.registered_at
+
+-- name: get_workflow_version
+-- One registered version of a workflow.
+SELECT name, version, options FROM workflows WHERE name = :name AND version = :version
+
+-- name: get_workflow_latest
+-- The highest registered version of a workflow.
+SELECT name, version, options FROM workflows
+WHERE name = :name
+ORDER BY version DESC
+LIMIT 1
+
+-- name: insert_run
+-- Insert a pending run unless its id or (workflow, idempotency key) exists; returns it.
+INSERT INTO runs (
+    id, workflow, version, status, input, attempt, priority, idempotency_key,
+    parent_id, parent_step, available_at, lease_token, deadline_at, retention_days,
+    claims_since_progress, step_attempts, created_at, updated_at
+) VALUES (
+    :id, :workflow, :version, 'pending', :input, 1, :priority, :idempotency_key,
+    :parent_id, :parent_step, :available_at, 0, :deadline_at, :retention_days,
+    0, 0, :now, :now
+)
+ON CONFLICT DO NOTHING
+RETURNING
+    id, workflow, version, status, input, output, error, attempt, priority,
+    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+    retention_days, lease_token, claims_since_progress, step_attempts,
+    created_at, started_at, updated_at, completed_at
+
+-- name: get_run
+-- One run by id.
+SELECT
+    id, workflow, version, status, input, output, error, attempt, priority,
+    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+    retention_days, lease_token, claims_since_progress, step_attempts,
+    created_at, started_at, updated_at, completed_at
+FROM runs
+WHERE id = :id
+
+-- name: get_run_by_key
+-- The run of a workflow holding an idempotency key.
+SELECT
+    id, workflow, version, status, input, output, error, attempt, priority,
+    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+    retention_days, lease_token, claims_since_progress, step_attempts,
+    created_at, started_at, updated_at, completed_at
+FROM runs
+WHERE workflow = :workflow AND idempotency_key = :idempotency_key
+
+-- name: get_run_state
+-- The few columns of a run that producers' decisions need (no JSON read).
+SELECT id, status, parent_id, parent_step, created_at FROM runs WHERE id = :id
+
+-- name: insert_event
+-- Add one audit-trail entry.
+INSERT INTO events (run_id, type, data, created_at) VALUES (:run_id, :type, :data, :now)
+
+-- name: live_tree
+-- A live run and, recursively, its live children (ids).
+WITH RECURSIVE tree (id) AS (
+    SELECT id FROM runs
+    WHERE id = :id AND status IN ('pending', 'waiting', 'running')
+    UNION
+    SELECT child.id
+    FROM runs AS child
+    JOIN tree ON child.parent_id = tree.id
+    WHERE child.status IN ('pending', 'waiting', 'running')
+)
+SELECT id FROM tree
+
+-- name: cancel_runs
+-- End the runs of a JSON id list as cancelled and clear their leases.
+UPDATE runs SET
+    status = 'cancelled',
+    completed_at = :now,
+    updated_at = :now,
+    available_at = 1e18,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    wake_reason = NULL
+WHERE id IN (SELECT value FROM json_each(:ids))
+    AND status IN ('pending', 'waiting', 'running')
+
+-- name: delete_waits_of_runs
+-- Delete every wait of the runs of a JSON id list.
+DELETE FROM waits WHERE run_id IN (SELECT value FROM json_each(:ids))
+
+-- name: delete_signals_of_runs
+-- Delete every buffered signal of the runs of a JSON id list.
+DELETE FROM signals WHERE run_id IN (SELECT value FROM json_each(:ids))
+
+-- name: upsert_step
+-- Write a journal row (final rows stay; a replaced retrying row moves to the end).
+INSERT INTO steps (
+    run_id, key, kind, status, output, error, attempts,
+    started_at, completed_at, recorded_at, event_mark
+) VALUES (
+    :run_id, :key, :kind, :status, :output, :error, :attempts,
+    :started_at, :completed_at, :now, (SELECT COALESCE(MAX(id), 0) FROM events)
+)
+ON CONFLICT (run_id, key) DO UPDATE SET
+    seq = (SELECT MAX(seq) + 1 FROM steps),
+    kind = excluded.kind,
+    status = excluded.status,
+    output = excluded.output,
+    error = excluded.error,
+    attempts = excluded.attempts,
+    started_at = excluded.started_at,
+    completed_at = excluded.completed_at,
+    recorded_at = excluded.recorded_at,
+    event_mark = excluded.event_mark
+WHERE steps.status = 'retrying'
+
+-- name: get_step
+-- One journal row.
+SELECT key, kind, status, output, error, attempts, started_at, completed_at
+FROM steps
+WHERE run_id = :run_id AND key = :key
+
+-- name: final_step_exists
+-- 1 if the run's journal has a completed or failed row for the key.
+SELECT 1 FROM steps WHERE run_id = :run_id AND key = :key AND status <> 'retrying'
+
+-- name: delete_wait
+-- Delete the run's wait on one key.
+DELETE FROM waits WHERE run_id = :run_id AND key = :key
+
+-- name: wake_run
+-- Make a pending or waiting run claimable now (a running run is left alone).
+UPDATE runs SET available_at = :now, updated_at = :now
+WHERE id = :id AND status IN ('pending', 'waiting')
+
+-- name: find_wait_for_signal
+-- The run's oldest wait on an event whose match the payload contains.
+SELECT key, created_at FROM waits
+WHERE run_id = :run_id
+    AND event = :event
+    AND (match IS NULL OR json_contains(:payload, match))
+ORDER BY created_at, rowid
+LIMIT 1
+
+-- name: insert_signal
+-- Buffer a signal for a live run.
+INSERT INTO signals (run_id, event, payload, created_at)
+VALUES (:run_id, :event, :payload, :now)
+
+-- name: get_published
+-- The recorded result of an earlier publish with this idempotency key.
+SELECT result FROM published WHERE key = :key
+
+-- name: insert_published
+-- Record a publish result under its idempotency key.
+INSERT INTO published (key, result, created_at) VALUES (:key, :result, :now)
+
+-- name: find_waits_for_event
+-- Waits of live runs on an event whose match the payload contains, oldest first per run.
+SELECT w.run_id, w.key, w.created_at, r.status
+FROM waits AS w
+JOIN runs AS r ON r.id = w.run_id
+WHERE w.event = :event
+    AND r.status IN ('pending', 'waiting', 'running')
+    AND (w.match IS NULL OR json_contains(:payload, w.match))
+ORDER BY w.run_id, w.created_at, w.rowid
+
+-- name: matching_subscriptions
+-- Workflows subscribed to a pattern matching the event name (only * is a wildcard).
+SELECT DISTINCT workflow
+FROM subscriptions
+WHERE :event GLOB replace(replace(pattern, '[', '[[]'), '?', '[?]')  -- quote GLOB's [ and ?
+ORDER BY workflow
+
+-- name: insert_subscription
+-- Add a subscription (no-op if it exists).
+INSERT INTO subscriptions (pattern, workflow, created_at)
+VALUES (:pattern, :workflow, :now)
+ON CONFLICT (pattern, workflow) DO NOTHING
+
+-- name: delete_subscription
+-- Remove a subscription.
+DELETE FROM subscriptions WHERE pattern = :pattern AND workflow = :workflow
+
+-- name: list_subscriptions
+-- Every subscription, sorted.
+SELECT pattern, workflow FROM subscriptions ORDER BY pattern, workflow
+
+-- name: list_runs
+-- Runs matching optional filters, newest first (id order), with ids below :before.
+SELECT
+    id, workflow, version, status, input, output, error, attempt, priority,
+    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+    retention_days, lease_token, claims_since_progress, step_attempts,
+    created_at, started_at, updated_at, completed_at
+FROM runs
+WHERE id < :before
+    AND (:status IS NULL OR status = :status)
+    AND (:since IS NULL OR created_at >= :since)
+    AND (:until IS NULL OR created_at < :until)
+    AND (:input_match IS NULL OR json_contains(input, :input_match))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: list_runs_of_workflow
+-- Runs of one workflow matching optional filters, newest first, with ids below :before.
+SELECT
+    id, workflow, version, status, input, output, error, attempt, priority,
+    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+    retention_days, lease_token, claims_since_progress, step_attempts,
+    created_at, started_at, updated_at, completed_at
+FROM runs INDEXED BY runs_workflow_idx
+WHERE workflow = :workflow
+    AND id < :before
+    AND (:status IS NULL OR status = :status)
+    AND (:since IS NULL OR created_at >= :since)
+    AND (:until IS NULL OR created_at < :until)
+    AND (:input_match IS NULL OR json_contains(input, :input_match))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: get_steps
+-- A run's journal in write order.
+SELECT key, kind, status, output, error, attempts, started_at, completed_at
+FROM steps
+WHERE run_id = :run_id
+ORDER BY seq
+
+-- name: get_events
+-- A run's stored events merged with step_completed entries derived from the journal.
+SELECT type, data, created_at, id AS mark, 0 AS part, 0 AS seq
+FROM events
+WHERE run_id = :run_id
+UNION ALL
+SELECT
+    'step_completed', json_object('step', key, 'kind', kind), recorded_at, event_mark, 1, seq
+FROM steps
+WHERE run_id = :run_id AND status = 'completed'
+ORDER BY created_at, mark, part, seq
+
+-- name: workflow_summaries
+-- Run counts per (workflow, status), plus every registered name (status NULL).
+SELECT workflow AS name, status, COUNT(*) AS n FROM runs GROUP BY workflow, status
+UNION ALL
+SELECT DISTINCT name, NULL, 0 FROM workflows
+
+-- name: upsert_worker
+-- Register a worker (or refresh it), seen now.
+INSERT INTO workers (
+    id, host, pid, workflows, concurrency, started_at, last_seen_at, stopped_at
+) VALUES (
+    :id, :host, :pid, :workflows, :concurrency, :started_at, :now, NULL
+)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host,
+    pid = excluded.pid,
+    workflows = excluded.workflows,
+    concurrency = excluded.concurrency,
+    started_at = excluded.started_at,
+    last_seen_at = excluded.last_seen_at,
+    stopped_at = NULL
+
+-- name: stop_worker
+-- Mark a worker stopped.
+UPDATE workers SET stopped_at = :now WHERE id = :id
+
+-- name: touch_worker
+-- Note that a worker is alive.
+UPDATE workers SET last_seen_at = :now WHERE id = :id
+
+-- name: list_workers
+-- Workers seen since a time, newest first.
+SELECT id, host, pid, workflows, concurrency, started_at, last_seen_at, stopped_at
+FROM workers
+WHERE last_seen_at >= :since
+ORDER BY last_seen_at DESC, id
+
+-- name: claim_select
+-- Due runs of the (workflow, version) pairs of a JSON list, in claim order.
+SELECT id, status, lease_owner
+FROM runs INDEXED BY runs_claim_idx
+WHERE status IN ('pending', 'waiting', 'running')
+    AND available_at <= :now
+    AND (workflow, version) IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+        FROM json_each(:pairs)
+    )
+ORDER BY priority, available_at, id
+LIMIT :limit
+
+-- name: claim_update
+-- Lease the runs of a JSON id list to a worker; returns the claimed rows.
+UPDATE runs SET
+    status = 'running',
+    lease_token = lease_token + 1,
+    lease_owner = :worker,
+    lease_expires_at = :expires,
+    available_at = :expires,
+    started_at = COALESCE(started_at, :now),
+    wake_reason = NULL,
+    claims_since_progress = claims_since_progress + 1,
+    updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING
+    id, workflow, version, status, input, output, error, attempt, priority,
+    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+    retention_days, lease_token, claims_since_progress, step_attempts,
+    created_at, started_at, updated_at, completed_at
+
+-- name: claim_journals
+-- The journals of the runs of a JSON id list, each in write order.
+SELECT run_id, key, kind, status, output, error, attempts, started_at, completed_at
+FROM steps
+WHERE run_id IN (SELECT value FROM json_each(:ids))
+ORDER BY run_id, seq
+
+-- name: claim_waits
+-- The open waits of the runs of a JSON id list, oldest first.
+SELECT run_id, key, event, match, timeout_at
+FROM waits
+WHERE run_id IN (SELECT value FROM json_each(:ids))
+ORDER BY run_id, created_at, rowid
+
+-- name: extend_lease
+-- Renew one lease if the run is still running under the token.
+UPDATE runs SET lease_expires_at = :expires, available_at = :expires
+WHERE id = :id AND lease_token = :token AND status = 'running'
+
+-- name: fence_run
+-- The fence of a transition: count its progress if the run is still held; returns it.
+UPDATE runs SET
+    step_attempts = step_attempts + :step_attempts,
+    claims_since_progress = 0,
+    updated_at = :now
+WHERE id = :id AND lease_token = :token AND status = 'running'
+RETURNING parent_id, parent_step, deadline_at, created_at
+
+-- name: insert_wait
+-- Register a wait unless the run already has one on the key or a final row for it.
+INSERT INTO waits (run_id, key, event, match, timeout_at, created_at)
+SELECT :run_id, :key, :event, :match, :timeout_at, :now
+WHERE NOT EXISTS (
+    SELECT 1 FROM steps WHERE run_id = :run_id AND key = :key AND status <> 'retrying'
+)
+ON CONFLICT (run_id, key) DO NOTHING
+
+-- name: run_waits
+-- The open waits of one run, oldest first.
+SELECT key, event, match, timeout_at, created_at
+FROM waits
+WHERE run_id = :run_id
+ORDER BY created_at, rowid
+
+-- name: find_buffered_signal
+-- The run's oldest buffered signal on an event whose payload contains the match.
+SELECT id, payload FROM signals
+WHERE run_id = :run_id
+    AND event = :event
+    AND (:match IS NULL OR json_contains(payload, :match))
+ORDER BY id
+LIMIT 1
+
+-- name: delete_signal
+-- Consume one buffered signal.
+DELETE FROM signals WHERE id = :id
+
+-- name: park_run
+-- Park a held run: waiting, lease cleared, claimable at :available_at.
+UPDATE runs SET
+    status = 'waiting',
+    wake_reason = :reason,
+    available_at = :available_at,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id
+
+-- name: finish_run
+-- End a held run as completed or failed, lease cleared.
+UPDATE runs SET
+    status = :status,
+    output = :output,
+    error = :error,
+    completed_at = :now,
+    available_at = 1e18,
+    wake_reason = NULL,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id
+
+-- name: delete_run_waits
+-- Delete every wait of one run.
+DELETE FROM waits WHERE run_id = :run_id
+
+-- name: delete_run_signals
+-- Delete every buffered signal of one run.
+DELETE FROM signals WHERE run_id = :run_id
+
+-- name: retry_run
+-- Schedule a held run's next workflow attempt.
+UPDATE runs SET
+    status = 'waiting',
+    wake_reason = 'retry',
+    attempt = attempt + 1,
+    error = :error,
+    available_at = :available_at,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id
+
+-- name: release_run
+-- Give a held run back, claimable now.
+UPDATE runs SET
+    status = 'waiting',
+    wake_reason = NULL,
+    available_at = :now,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id
+
+-- name: next_wake_at
+-- The earliest due time of any live run of the (workflow, version) pairs of a JSON list.
+SELECT MIN(available_at) AS at
+FROM runs INDEXED BY runs_claim_idx
+WHERE status IN ('pending', 'waiting', 'running')
+    AND (workflow, version) IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+        FROM json_each(:pairs)
+    )
+
+-- name: sweep_runs
+-- Delete up to :limit ended runs past their retention (children rows cascade).
+DELETE FROM runs
+WHERE id IN (
+    SELECT id FROM runs INDEXED BY runs_retention_idx
+    WHERE status IN ('completed', 'failed', 'cancelled')
+        AND completed_at <= :now
+        AND completed_at + 86400.0 * MIN(retention_days, :max_days) <= :now
+    ORDER BY completed_at
+    LIMIT :limit
+)
+
+-- name: sweep_published
+-- Forget publish idempotency keys older than the longest retention.
+DELETE FROM published WHERE created_at < :before
+
+-- name: sweep_workers
+-- Forget workers not seen for longer than the longest retention.
+DELETE FROM workers WHERE last_seen_at < :before
+
+-- name: defer_select
+-- Due runs of the served workflow names whose version is not among the served pairs.
+SELECT id, version
+FROM runs INDEXED BY runs_claim_idx
+WHERE status IN ('pending', 'waiting', 'running')
+    AND available_at <= :cutoff
+    AND workflow IN (SELECT value FROM json_each(:names))
+    AND (workflow, version) NOT IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+        FROM json_each(:pairs)
+    )
+ORDER BY available_at, id
+LIMIT :limit
+
+-- name: count_version_unavailable
+-- How many times a run was already deferred for want of its version.
+SELECT count(*) AS n FROM events WHERE run_id = :id AND type = 'version_unavailable'
+
+-- name: defer_update
+-- Park one run until a worker with its version may be up.
+UPDATE runs SET
+    status = 'waiting',
+    wake_reason = 'version',
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    available_at = :available_at,
+    updated_at = :now
+WHERE id = :id

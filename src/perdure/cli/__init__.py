@@ -1,0 +1,1 @@
+"""The `perdure` command line."""

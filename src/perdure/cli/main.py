@@ -1,0 +1,418 @@
+"""The `perdure` command: workers, the demo, and operations on runs."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal as signals
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from ..app import App
+from ..errors import PerdureError
+from ..records import Run
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    sys.exit(code)
+
+
+def _json_arg(value: str | None, what: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"APP must look like module:attribute, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}")
+    if not isinstance(obj, App):
+        raise click.BadParameter(f"{spec} is a {type(obj).__name__}, not a perdure.App")
+    return obj
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PerdureError as exc:
+            _fail(str(exc))
+
+
+@click.group(cls=_Group)
+@click.option(
+    "--database",
+    envvar="PERDURE_DATABASE_URL",
+    help="Database URL (sqlite:///file.db or postgresql://...). Env: PERDURE_DATABASE_URL.",
+)
+@click.option("--schema", envvar="PERDURE_SCHEMA", help="PostgreSQL schema (default perdure).")
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, database: str | None, schema: str | None, verbose: int) -> None:
+    """perdure: durable workflows journaled in PostgreSQL or SQLite."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if database:
+        os.environ["PERDURE_DATABASE_URL"] = database  # apps built by APP modules see it too
+    if schema:
+        os.environ["PERDURE_SCHEMA"] = schema
+    ctx.obj = {"database": database, "schema": schema}
+
+
+def _client(ctx: click.Context) -> App:
+    app = App(ctx.obj["database"], schema=ctx.obj["schema"])
+    ctx.call_on_close(app.close)
+    return app
+
+
+@cli.command()
+@click.argument("app_spec", metavar="APP")
+@click.option("--concurrency", default=10, show_default=True, help="Runs executed at once.")
+@click.option("--workflows", multiple=True, help="Glob of workflow names to serve (repeatable).")
+@click.option("--lease", default="30s", show_default=True, help="Lease length without heartbeat.")
+@click.option("--poll-interval", type=float, default=None, help="Fallback polling period (s).")
+def worker(
+    app_spec: str,
+    concurrency: int,
+    workflows: tuple[str, ...],
+    lease: str,
+    poll_interval: float | None,
+) -> None:
+    """Run a worker for APP (module:attribute) until SIGTERM/SIGINT."""
+    # Until the worker's own handlers are in place nothing is claimed yet, so a stop
+    # signal during start-up can simply end the process cleanly.
+    signals.signal(signals.SIGTERM, lambda *_: sys.exit(0))
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("perdure").setLevel(logging.INFO)
+    app = load_app(app_spec)
+    w = app.worker(
+        concurrency=concurrency,
+        workflows=list(workflows) or None,
+        lease=lease,
+        poll_interval=poll_interval,
+    )
+    try:
+        w.run()
+    finally:
+        app.close()
+
+
+@cli.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create or upgrade the database schema."""
+    app = App(ctx.obj["database"], schema=ctx.obj["schema"], migrate=False)
+    try:
+        version = app.migrate()
+    finally:
+        app.close()
+    console.print(f"schema is at version {version}")
+
+
+@cli.command()
+@click.argument("workflow")
+@click.option("--input", "input_", help="The run's input as JSON.")
+@click.option("--idempotency-key", help="Start at most one run per key.")
+@click.option("--priority", type=int, help="Lower runs first (default 100).")
+@click.option("--delay", help="Start no earlier than this long from now (e.g. 5m).")
+@click.option("--wait", is_flag=True, help="Wait for the run to end and print its output.")
+@click.option("--timeout", type=float, help="With --wait: give up after this many seconds.")
+@click.pass_context
+def start(
+    ctx: click.Context,
+    workflow: str,
+    input_: str | None,
+    idempotency_key: str | None,
+    priority: int | None,
+    delay: str | None,
+    wait: bool,
+    timeout: float | None,
+) -> None:
+    """Start a run of WORKFLOW (known to the database) and print its id."""
+    app = _client(ctx)
+    handle = app.start(
+        workflow,
+        _json_arg(input_, "--input"),
+        idempotency_key=idempotency_key,
+        priority=priority,
+        delay=delay,
+    )
+    console.print(handle.id, highlight=False)
+    if wait:
+        console.print_json(json.dumps(app.result(handle.id, timeout=timeout)))
+
+
+@cli.group()
+def runs() -> None:
+    """List and inspect runs."""
+
+
+def _runs_table(items: list[Run]) -> Table:
+    table = Table("id", "workflow", "status", "created", "attempt")
+    for run in items:
+        table.add_row(
+            run.id,
+            f"{run.workflow}@{run.version}",
+            run.status,
+            run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            str(run.attempt),
+        )
+    return table
+
+
+@runs.command("list")
+@click.option("--workflow", help="Only this workflow.")
+@click.option("--status", help="Only this status.")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--cursor", help="From a previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def runs_list(
+    ctx: click.Context,
+    workflow: str | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    page = _client(ctx).list_runs(workflow=workflow, status=status, limit=limit, cursor=cursor)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"items": [_run_dict(r) for r in page.items], "next_cursor": page.next_cursor},
+                default=str,
+            )
+        )
+        return
+    console.print(_runs_table(list(page.items)))
+    if page.next_cursor:
+        console.print(f"next page: --cursor {page.next_cursor}", highlight=False)
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
+    return {f: getattr(run, f) for f in run.__dataclass_fields__}
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show one run with its steps."""
+    app = _client(ctx)
+    run = app.get_run(run_id)
+    steps = app.get_steps(run_id)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "run": _run_dict(run),
+                    "steps": [{f: getattr(s, f) for f in s.__dataclass_fields__} for s in steps],
+                },
+                default=str,
+            )
+        )
+        return
+    console.print(
+        f"[bold]{run.id}[/] {run.workflow}@{run.version} [bold]{run.status}[/]", highlight=False
+    )
+    console.print(f"input:  {json.dumps(run.input)}", highlight=False)
+    if run.output is not None:
+        console.print(f"output: {json.dumps(run.output)}", highlight=False)
+    if run.error:
+        console.print(
+            f"error:  {run.error.get('type')}: {run.error.get('message')}", highlight=False
+        )
+    table = Table("step", "kind", "status", "attempts", "output")
+    for s in steps:
+        table.add_row(s.name, s.kind, s.status, str(s.attempts), json.dumps(s.output)[:60])
+    console.print(table)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("event")
+@click.option("--payload", help="JSON payload.")
+@click.pass_context
+def signal(ctx: click.Context, run_id: str, event: str, payload: str | None) -> None:
+    """Send EVENT to one run."""
+    delivered = _client(ctx).signal(run_id, event, _json_arg(payload, "--payload"))
+    console.print("delivered" if delivered else "the run has ended; nothing stored")
+    if not delivered:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("event")
+@click.option("--payload", help="JSON payload.")
+@click.option("--idempotency-key", help="Publish at most once per key.")
+@click.pass_context
+def publish(
+    ctx: click.Context, event: str, payload: str | None, idempotency_key: str | None
+) -> None:
+    """Publish EVENT: resume waiting runs and start subscribed workflows."""
+    result = _client(ctx).publish(
+        event, _json_arg(payload, "--payload"), idempotency_key=idempotency_key
+    )
+    console.print(f"started {len(result.started)} run(s), resumed {len(result.resumed)}")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_context
+def cancel(ctx: click.Context, run_id: str) -> None:
+    """Cancel a live run (and its live children)."""
+    if _client(ctx).cancel(run_id):
+        console.print("cancelled")
+    else:
+        console.print("the run had already ended")
+        sys.exit(1)
+
+
+@cli.command()
+@click.pass_context
+def sweep(ctx: click.Context) -> None:
+    """Delete finished runs past their retention."""
+    console.print(f"deleted {_client(ctx).sweep()} run(s)")
+
+
+@cli.command()
+@click.pass_context
+def workflows(ctx: click.Context) -> None:
+    """List workflows with run counts per status."""
+    table = Table("workflow", "pending", "running", "waiting", "completed", "failed", "cancelled")
+    for w in _client(ctx).list_workflows():
+        table.add_row(
+            w.name,
+            *(
+                str(w.counts.get(s, 0))
+                for s in ("pending", "running", "waiting", "completed", "failed", "cancelled")
+            ),
+        )
+    console.print(table)
+
+
+@cli.command()
+@click.pass_context
+def workers(ctx: click.Context) -> None:
+    """List live and recently seen workers."""
+    table = Table("id", "host", "pid", "concurrency", "last seen", "workflows")
+    for w in _client(ctx).list_workers():
+        table.add_row(
+            w.id,
+            w.host,
+            str(w.pid),
+            str(w.concurrency),
+            w.last_seen_at.strftime("%H:%M:%S"),
+            ", ".join(w.workflows),
+        )
+    console.print(table)
+
+
+@cli.command()
+@click.option("--runs", "count", default=5, show_default=True, help="How many demo runs.")
+@click.option("--cool-off", default="2s", show_default=True, help="The durable sleep in each run.")
+@click.pass_context
+def demo(ctx: click.Context, count: int, cool_off: str) -> None:
+    """Run a real demo on the embedded SQLite default: a worker, a few runs with
+    parallel steps and a durable sleep, their progress live, and their results."""
+    from ..demo import build_demo_app, demo_orders
+
+    app = build_demo_app(ctx.obj["database"])
+    console.print(
+        f"perdure demo on {app.settings.database_url}: {count} orders, "
+        f"each reserves items in parallel, charges, sleeps {cool_off} durably, ships"
+    )
+    try:
+        with app.worker(concurrency=4):
+            handles = [app.start("demo.order", o) for o in demo_orders(count, cool_off)]
+            _watch(app, [h.id for h in handles])
+        failed = [h for h in handles if app.get_run(h.id).status != "completed"]
+        for h in handles:
+            run = app.get_run(h.id)
+            console.print(
+                f"{run.id} {run.status}: {json.dumps(run.output or run.error)}", highlight=False
+            )
+        console.print(f"inspect one: perdure runs show {handles[0].id}", highlight=False)
+        if failed:
+            _fail(f"{len(failed)} run(s) did not complete")
+    finally:
+        app.close()
+
+
+def _watch(app: App, run_ids: list[str], timeout: float = 120.0) -> None:
+    def snapshot() -> tuple[Table, bool]:
+        table = Table("run", "status", "steps", "latest step")
+        done = True
+        for run_id in run_ids:
+            run = app.get_run(run_id)
+            steps = app.get_steps(run_id)
+            done = done and run.done
+            latest = steps[-1].name if steps else "-"
+            table.add_row(run_id, run.status, str(len(steps)), latest)
+        return table, done
+
+    deadline = time.monotonic() + timeout
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=8) as live:
+            while time.monotonic() < deadline:
+                table, done = snapshot()
+                live.update(table)
+                if done:
+                    return
+                time.sleep(0.2)
+    else:
+        last: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            _, done = snapshot()
+            for run_id in run_ids:
+                run = app.get_run(run_id)
+                line = f"{run.status} ({len(app.get_steps(run_id))} steps)"
+                if last.get(run_id) != line:
+                    console.print(f"{run_id}: {line}", highlight=False)
+                    last[run_id] = line
+            if done:
+                return
+            time.sleep(0.2)
+    _fail("the demo runs did not finish in time")
+
+
+def main() -> None:
+    """Entry point of the ``perdure`` console script."""
+    cli(prog_name="perdure")
+
+
+if __name__ == "__main__":
+    main()

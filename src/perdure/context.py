@@ -1,0 +1,199 @@
+"""The context a workflow body receives, and its step API (`ctx.step`).
+
+Code outside `ctx.step` calls runs again on every replay: keep side effects inside
+steps, and keep the body deterministic (branch on step results, not on clocks or
+random numbers read outside a step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .durations import MAX_SECONDS, Duration, to_seconds
+from .errors import ValidationError
+from .names import validate_event_name, validate_step_name, validate_workflow_name
+from .retry import RetryPolicy
+from .serialization import encode
+
+if TYPE_CHECKING:
+    from .engine.runner import Runner
+
+__all__ = ["Context", "StepApi"]
+
+
+class StepApi:
+    """Durable operations of a workflow body: ``ctx.step.run(...)`` and friends.
+
+    Every call takes a ``name``; the first use of a name in a pass is journaled under
+    ``name``, later uses under ``name:1``, ``name:2``... Names are 1-128 characters of
+    letters, digits, ``.``, ``_`` and ``-``.
+    """
+
+    __slots__ = ("_runner",)
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+
+    async def run(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        rollback: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """Run ``fn`` once and journal its result; on replay return the journaled result.
+
+        Args:
+            name: the step's name.
+            fn: a function of no arguments. A plain function runs in the worker's thread
+                pool (never on the event loop); an ``async def`` function, or one that
+                returns an awaitable, is awaited.
+            retry: the step's `RetryPolicy`. Default: 3 attempts, exponential backoff
+                1s→60s with 20% jitter. Between attempts the run parks and frees its
+                worker slot.
+            timeout: an attempt that runs longer fails (and may be retried).
+            rollback: called with this step's output, newest step first, if the run
+                later fails for good (compensation). Each rollback runs durably.
+
+        Returns:
+            The JSON-decoded value: the same on the first run and on every replay.
+
+        Raises:
+            StepFailed: the step failed for good (also on replay); the body may catch it.
+        """
+        validate_step_name(name)
+        if not callable(fn):
+            raise ValidationError(f"step {name!r}: fn must be callable, got {type(fn).__name__}")
+        if rollback is not None and not callable(rollback):
+            raise ValidationError(f"step {name!r}: rollback must be callable")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValidationError(f"step {name!r}: retry must be a perdure.RetryPolicy")
+        seconds = None if timeout is None else to_seconds(timeout, what=f"step {name!r} timeout")
+        return await self._runner.run_step(
+            name, fn, retry=retry, timeout=seconds, rollback=rollback
+        )
+
+    async def sleep(self, name: str, duration: Duration) -> None:
+        """Sleep durably for ``duration`` ("5m", seconds, timedelta); the run parks and
+        frees its worker slot, and wakes once, never early."""
+        validate_step_name(name)
+        seconds = to_seconds(duration, what=f"sleep {name!r} duration")
+        await self._runner.sleep_until(name, self._runner.now() + timedelta(seconds=seconds))
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """Sleep durably until ``when`` (a timezone-aware datetime; a past time returns at once)."""
+        validate_step_name(name)
+        if not isinstance(when, datetime):
+            raise ValidationError(f"sleep_until {name!r}: when must be a datetime, got {when!r}")
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValidationError(
+                f"sleep_until {name!r}: {when!r} has no timezone; pass an aware datetime "
+                "(e.g. datetime.now(timezone.utc) + ...)"
+            )
+        if (when - self._runner.now()).total_seconds() > MAX_SECONDS:
+            raise ValidationError(
+                f"sleep_until {name!r}: {when.isoformat()} is over 100 years away"
+            )
+        await self._runner.sleep_until(name, when)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        event: str | None = None,
+        match: Any = None,
+        timeout: Duration | None = None,
+    ) -> Any:
+        """Park until a signal or published event arrives, or the timeout passes.
+
+        Args:
+            name: the step's name.
+            event: the event to wait for (default: ``name``).
+            match: a JSON value the payload must contain (Postgres ``@>`` semantics:
+                objects by subset of keys, arrays as subsets); None accepts any payload.
+            timeout: give up after this long.
+
+        Returns:
+            The payload, or None when the timeout passed first. Journaled: replay returns
+            the same.
+        """
+        validate_step_name(name)
+        event_name = validate_event_name(event if event is not None else name)
+        match_json = None if match is None else encode(match, what=f"wait {name!r} match")
+        seconds = None if timeout is None else to_seconds(timeout, what=f"wait {name!r} timeout")
+        return await self._runner.wait_for_event(name, event_name, match_json, seconds)
+
+    async def run_workflow(
+        self,
+        name: str,
+        workflow: Any,
+        input: Any = None,
+        *,
+        timeout: Duration | None = None,
+    ) -> Any:
+        """Start a child run once (never twice, whatever replays), wait for it to end,
+        and return its output.
+
+        Args:
+            name: the step's name.
+            workflow: the child workflow (decorated function or name).
+            input: the child's input (JSON).
+            timeout: the child's deadline; past it the child fails with DeadlineExceeded.
+
+        Raises:
+            StepFailed: the child failed or was cancelled.
+        """
+        validate_step_name(name)
+        wf_name = validate_workflow_name(getattr(workflow, "__perdure_name__", workflow))
+        input_json = encode(input, what=f"the input of child workflow {wf_name!r}")
+        seconds = None if timeout is None else to_seconds(timeout, what=f"child {name!r} timeout")
+        return await self._runner.run_child(name, wf_name, input_json, seconds)
+
+
+class Context:
+    """What a workflow body receives as ``ctx``.
+
+    Attributes:
+        run_id: the run's id.
+        workflow: the workflow's name.
+        version: the version this run executes.
+        attempt: the workflow-level attempt (1 unless a workflow retry policy reran it).
+        input: the run's input.
+        cancelled: an `asyncio.Event` set when the run is cancelled (or this worker lost it).
+        step: the durable step API (`StepApi`).
+    """
+
+    __slots__ = ("_runner", "cancelled", "step")
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self.step = StepApi(runner)
+        self.cancelled = asyncio.Event()
+
+    @property
+    def run_id(self) -> str:
+        return self._runner.run.id
+
+    @property
+    def workflow(self) -> str:
+        return self._runner.run.workflow
+
+    @property
+    def version(self) -> int:
+        return self._runner.run.version
+
+    @property
+    def attempt(self) -> int:
+        return self._runner.run.attempt
+
+    @property
+    def input(self) -> Any:
+        return self._runner.run.input
+
+    def __repr__(self) -> str:
+        return f"<Context run={self.run_id} workflow={self.workflow} v{self.version}>"

@@ -1,0 +1,376 @@
+"""Typed records that cross the storage contract, and the public read models.
+
+Public records (exported from `perdure`): `Run`, `Step`, `Event`, `WorkflowSummary`,
+`WorkerInfo`, `Page`, `Published`. The rest are the parameters and results of the
+backend contract (`perdure.backends.base.Backend`).
+
+JSON values cross the contract twice differently: values *written* are already
+encoded text (``*_json`` fields, encoded once by `perdure.serialization`); values
+*read* back are decoded Python objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+T = TypeVar("T")
+
+RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "cancelled"]
+RUN_STATUSES: tuple[str, ...] = (
+    "pending",
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+)
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "running", "waiting"})
+
+StepKind = Literal["run", "sleep", "wait", "child", "rollback"]
+StepStatus = Literal["completed", "failed", "retrying"]
+WakeReason = Literal["sleep", "event", "retry", "child", "version", "released"]
+
+
+# --------------------------------------------------------------------------- public
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a workflow, as stored.
+
+    ``wake_at`` is when a pending or waiting run next becomes claimable (``None``
+    when it waits only for an event, or when it is running or ended).
+    """
+
+    id: str
+    workflow: str
+    version: int
+    status: str
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    attempt: int
+    priority: int
+    parent_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    wake_at: datetime | None
+    deadline_at: datetime | None
+    idempotency_key: str | None = None
+    wake_reason: str | None = None
+    retention_days: int = 30
+    updated_at: datetime | None = None
+    parent_step: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """True when the run has ended (completed, failed or cancelled)."""
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One journal row: a step of a run and its recorded result.
+
+    ``name`` is the journal key (``name``, or ``name:1`` for the second use of a
+    name). ``status`` is ``completed`` or ``failed``, or ``retrying`` while a step
+    between attempts waits for its backoff. For sleeps, ``completed_at`` is the
+    wake-up time.
+    """
+
+    name: str
+    kind: str
+    status: str
+    output: Any
+    error: dict[str, Any] | None
+    attempts: int
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a run's audit trail (created, claimed, step_completed, ...)."""
+
+    type: str
+    data: Any
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """A workflow name with the number of runs in each status."""
+
+    name: str
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker process as registered in the database."""
+
+    id: str
+    host: str
+    pid: int
+    workflows: tuple[str, ...]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to get the next (None: no more)."""
+
+    items: tuple[T, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What `App.publish` did: the runs it started and the waiting runs it resumed."""
+
+    started: tuple[str, ...] = ()
+    resumed: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- contract
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """Parameters of `Backend.create_run`. Values are validated before they get here.
+
+    Times: ``delay`` (seconds from the database's now) or an absolute ``run_at``;
+    ``deadline_in`` (seconds from now) or an absolute ``deadline_at``.
+    """
+
+    id: str
+    workflow: str
+    version: int
+    input_json: str
+    priority: int = 100
+    idempotency_key: str | None = None
+    delay: float = 0.0
+    run_at: datetime | None = None
+    deadline_in: float | None = None
+    deadline_at: datetime | None = None
+    retention_days: int = 30
+    parent_id: str | None = None
+    parent_step: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """Result of `Backend.create_run`: the run, and whether this call created it."""
+
+    run: Run
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRecord:
+    """A workflow definition as registered in the database (for producers without code)."""
+
+    name: str
+    version: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    """Parameters of `Backend.claim_runs`.
+
+    ``workflows`` are the (name, version) pairs the worker can execute; only runs of
+    those are claimed.
+    """
+
+    worker_id: str
+    workflows: tuple[tuple[str, int], ...]
+    limit: int
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeferParams:
+    """Parameters of `Backend.defer_unavailable`.
+
+    ``workflows`` are the (name, version) pairs the worker can execute; runs of those
+    names with another version, due for at least ``grace_seconds``, are deferred.
+    """
+
+    worker_id: str
+    workflows: tuple[tuple[str, int], ...]
+    grace_seconds: float = 5.0
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A registered `wait_for_event` of a run that no signal has resolved yet."""
+
+    key: str
+    event: str
+    match: Any
+    timeout_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run claimed by a worker, with everything replay needs in one read.
+
+    ``lease_token`` fences every later write for this claim. ``journal`` is in the
+    order the rows were written. ``now`` is the database clock at claim time.
+    ``claims_since_progress`` counts claims (this one included) since the run last
+    committed anything; ``step_attempts`` counts every step attempt made so far.
+    """
+
+    run: Run
+    lease_token: int
+    journal: tuple[Step, ...]
+    waits: tuple[Wait, ...]
+    now: datetime
+    claims_since_progress: int
+    step_attempts: int
+    recovered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """A journal row to upsert as part of a `Transition`.
+
+    A completed or failed row is final: writing a key that already holds a
+    completed or failed row changes nothing (the stored row wins and is reported in
+    `TransitionResult.existing`). A ``retrying`` row is replaced by any later write.
+    ``completed_at=None`` means the database's now.
+    """
+
+    key: str
+    kind: str
+    status: str
+    output_json: str | None = None
+    error: dict[str, Any] | None = None
+    attempts: int = 1
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventWrite:
+    """An audit-trail entry to add as part of a `Transition`."""
+
+    type: str
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitWrite:
+    """A `wait_for_event` to register as part of a parking `Transition`."""
+
+    key: str
+    event: str
+    match_json: str | None = None
+    timeout_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """Outcome: park the run (status ``waiting``) until ``wake_at`` (None: only an event)."""
+
+    reason: str
+    wake_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """Outcome: the run completed with this (encoded) output."""
+
+    output_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Outcome: the run failed for good with this serialized error."""
+
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Outcome: the workflow body failed and runs again at ``wake_at`` (attempt + 1)."""
+
+    wake_at: datetime
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Outcome: give the run back (graceful stop); any worker may claim it at once."""
+
+
+Outcome = Park | Complete | Fail | Retry | Release
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Everything a worker commits for one claimed run, applied atomically and fenced.
+
+    Applied only if the run is still ``running`` under ``lease_token``; otherwise
+    nothing of it is written and the result says ``ok=False``.
+    ``outcome=None`` keeps the run running and the lease held.
+    """
+
+    run_id: str
+    lease_token: int
+    steps: tuple[StepWrite, ...] = ()
+    events: tuple[EventWrite, ...] = ()
+    waits: tuple[WaitWrite, ...] = ()
+    children: tuple[NewRun, ...] = ()
+    step_attempts: int = 0
+    outcome: Outcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionResult:
+    """The result of one `Transition`.
+
+    ``ok`` is False when the lease was lost (nothing written). ``existing`` holds
+    journal rows that already existed as completed or failed for keys the transition
+    tried to write (a signal or another writer got there first): the stored row wins.
+    """
+
+    ok: bool
+    existing: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListRunsParams:
+    """Filters of `Backend.list_runs`; newest first; ``cursor`` is opaque."""
+
+    workflow: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    input_match_json: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+SignalOutcome = Literal["resolved", "buffered", "ended"]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A wake-up delivered by `Backend.subscribe`.
+
+    kind ``wake``: work may be claimable (run_id if known); ``done``: the run ended;
+    ``cancel``: the run was cancelled (the worker holding it should stop it).
+    """
+
+    kind: Literal["wake", "done", "cancel"]
+    run_id: str | None = None

@@ -1,0 +1,479 @@
+"""The worker: claim due runs, execute them, renew their leases, stop gracefully.
+
+Three ways to run one (DESIGN §4):
+
+* ``app.worker(...).run()``: foreground; SIGTERM/SIGINT stop it gracefully (a second
+  signal stops it at once).
+* ``with app.worker(...):``: in a background thread, for tests and scripts.
+* ``await app.worker(...).serve()``: inside the caller's event loop.
+
+The claim loop claims as many due runs as it has free slots with one query, then
+sleeps until a notice (a start, signal or cancel from any process), a freed slot,
+the earliest wake time it knows of, or the poll interval, whichever comes first.
+Polling is the fallback, never the main path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .._logging import quiet_repeats
+from ..backends.base import Backend
+from ..durations import Duration, to_seconds
+from ..engine.runner import Runner, RunServices
+from ..errors import BackendError, ConfigurationError, ValidationError
+from ..ids import new_worker_id
+from ..names import validate_pattern
+from ..records import ClaimParams, DeferParams, Notice, Release, Transition, WorkerInfo
+from .committer import Committer
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("perdure.worker")
+
+__all__ = ["Worker"]
+
+
+@dataclass(slots=True)
+class _Active:
+    runner: Runner
+    task: asyncio.Task[None]
+
+
+class Worker:
+    """Executes runs of the app's workflows. Create it with `App.worker`.
+
+    Args:
+        app: the app whose registry and database the worker uses.
+        concurrency: how many runs it executes at once. Default 10.
+        workflows: glob patterns of workflow names to serve (``["billing.*"]``);
+            default: every workflow registered on the app.
+        lease: how long a claim lasts without a heartbeat. Default ``"30s"``.
+            Heartbeats renew leases every third of it while the worker lives.
+        poll_interval: the fallback polling period (a duration). Default: 1 s on
+            PostgreSQL (wake-ups come by LISTEN/NOTIFY), 0.1 s on SQLite (other
+            processes are only seen by polling).
+        shutdown_timeout: how long a graceful stop waits for in-flight steps before
+            cancelling them and releasing their runs. Default: the lease.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        concurrency: int = 10,
+        workflows: Iterable[str] | str | None = None,
+        lease: Duration = "30s",
+        poll_interval: Duration | None = None,
+        shutdown_timeout: Duration | None = None,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValidationError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if isinstance(workflows, str):
+            workflows = [workflows]
+        self.app = app
+        self.id = new_worker_id()
+        self.concurrency = concurrency
+        self.patterns = (
+            None
+            if workflows is None
+            else tuple(validate_pattern(p, what="workflow pattern") for p in workflows)
+        )
+        self.lease = to_seconds(lease, what="lease")
+        if self.lease < 0.1:
+            raise ValidationError(f"lease must be at least 100ms, got {lease!r}")
+        self._poll_interval = (
+            None if poll_interval is None else to_seconds(poll_interval, what="poll_interval")
+        )
+        if self._poll_interval is not None and not 0 < self._poll_interval <= 3600:
+            raise ValidationError(
+                f"poll_interval must be more than 0 and at most an hour, got {poll_interval!r}"
+            )
+        self.shutdown_timeout = (
+            self.lease
+            if shutdown_timeout is None
+            else to_seconds(shutdown_timeout, what="shutdown_timeout")
+        )
+        self._active: dict[str, _Active] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._stopping = False
+        self._hard = False
+        self._wakes: list[datetime] = []  # heap of wake times of runs this worker parked
+        self._clock_offset = 0.0  # database clock minus local clock, seconds
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self.claimed = 0
+        #: how long a run of an unknown version may stay due before it is deferred
+        self.unavailable_grace = 5.0
+        self._deferred_at = -1e9
+
+    # ------------------------------------------------------------------ public lifecycle
+
+    def run(self) -> None:
+        """Run in the foreground until SIGTERM/SIGINT (graceful), then return."""
+        asyncio.run(self._serve_with_signals())
+
+    async def serve(self) -> None:
+        """Run inside the current event loop until `stop` is called (or the task is cancelled)."""
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        try:
+            await self._serve()
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        finally:
+            self._ready.set()
+
+    def stop(self, *, hard: bool = False) -> None:
+        """Ask the worker to stop: take nothing new, let in-flight runs reach their next
+        commit and release them. ``hard=True`` cancels in-flight steps at once.
+        Safe to call from any thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._stopping = True
+            self._hard = self._hard or hard
+            return
+        try:
+            loop.call_soon_threadsafe(self._request_stop, hard)
+        except RuntimeError:  # loop closed meanwhile
+            self._stopping = True
+
+    def __enter__(self) -> Worker:
+        self._thread = threading.Thread(
+            target=self._thread_main, name="perdure-worker", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise self._failure
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @property
+    def active_runs(self) -> list[str]:
+        """Ids of the runs this worker is executing now."""
+        return list(self._active)
+
+    # ------------------------------------------------------------------ internals
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self.serve())
+        except BaseException as exc:  # reported to __enter__ or logged
+            if not self._ready.is_set():
+                self._failure = exc
+                self._ready.set()
+            else:
+                log.exception("worker %s stopped with an error", self.id)
+
+    async def _serve_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal)
+        try:
+            await self.serve()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self) -> None:
+        if self._stopping:
+            log.warning("second stop signal: stopping worker %s now", self.id)
+            self._request_stop(True)
+        else:
+            log.info("stopping worker %s gracefully (signal again to stop at once)", self.id)
+            self._request_stop(False)
+
+    def _request_stop(self, hard: bool) -> None:
+        self._stopping = True
+        if hard and not self._hard:
+            self._hard = True
+            for active in self._active.values():
+                active.runner.cancel("worker stopped")
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _poll(self, backend: Backend) -> float:
+        if self._poll_interval is not None:
+            return self._poll_interval
+        return 0.1 if backend.dialect == "sqlite" else 1.0
+
+    def _db_now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self._clock_offset)
+
+    async def _serve(self) -> None:
+        quiet_repeats()
+        backend = await self.app._backend()
+        definitions = self.app._registry.select(self.patterns)
+        if not definitions:
+            wanted = (
+                "any workflow"
+                if self.patterns is None
+                else f"workflows matching {list(self.patterns)}"
+            )
+            raise ConfigurationError(
+                f"this worker has no {wanted} to serve: register workflows with @app.workflow "
+                "before starting the worker"
+            )
+        pairs = tuple((d.name, d.version) for d in definitions)
+        db_now = await backend.now()
+        self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
+        started = db_now
+        await backend.register_worker(
+            WorkerInfo(
+                id=self.id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                workflows=tuple(f"{n}@{v}" for n, v in pairs),
+                concurrency=self.concurrency,
+                started_at=started,
+                last_seen_at=started,
+            )
+        )
+        unsubscribe = await backend.subscribe(self._on_notice)
+        committer = Committer(backend, give_up=max(self.lease, 5.0))
+        executor = ThreadPoolExecutor(
+            max_workers=min(64, max(8, 2 * self.concurrency)), thread_name_prefix="perdure-step"
+        )
+        settings = self.app.settings
+        services = RunServices(
+            commit=committer.submit,
+            executor=executor,
+            registry=self.app._registry,
+            stopping=lambda: self._stopping,
+            on_park=self._note_wake,
+            max_step_attempts=settings.max_step_attempts,
+            max_payload_bytes=settings.max_payload_bytes,
+            max_claims_without_progress=settings.max_claims_without_progress,
+        )
+        side_tasks = [
+            asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
+            asyncio.create_task(self._maintenance_loop(backend), name="perdure-sweeper"),
+        ]
+        log.info(
+            "worker %s serving %s with concurrency %d on %s",
+            self.id,
+            ", ".join(f"{n}@{v}" for n, v in pairs),
+            self.concurrency,
+            backend.dialect,
+        )
+        self._ready.set()
+        try:
+            await self._claim_loop(backend, pairs, services)
+        finally:
+            await self._shutdown(backend, committer)
+            for task in side_tasks:
+                task.cancel()
+            await asyncio.gather(*side_tasks, return_exceptions=True)
+            await unsubscribe()
+            try:
+                await backend.deregister_worker(self.id)
+            except BackendError as exc:
+                log.warning("could not deregister worker %s: %s", self.id, exc)
+            executor.shutdown(wait=False, cancel_futures=True)
+            await self.app._release_loop_backend()
+            log.info("worker %s stopped", self.id)
+
+    async def _claim_loop(
+        self, backend: Backend, pairs: tuple[tuple[str, int], ...], services: RunServices
+    ) -> None:
+        assert self._wakeup is not None
+        poll = self._poll(backend)
+        failures = 0
+        while not self._stopping:
+            self._wakeup.clear()
+            free = self.concurrency - len(self._active)
+            timeout = poll
+            if free > 0:
+                try:
+                    claims = await backend.claim_runs(ClaimParams(self.id, pairs, free, self.lease))
+                    failures = 0
+                except BackendError as exc:
+                    failures += 1
+                    delay = min(5.0, 0.1 * 2**failures)
+                    log.warning("claim failed (%s); retrying in %.1fs", exc, delay)
+                    await self._sleep(delay)
+                    continue
+                for claim in claims:
+                    self._clock_offset = (claim.now - datetime.now(UTC)).total_seconds()
+                    self._start(claim, services)
+                if len(claims) == free:
+                    continue  # there may be more; loop and wait for a slot
+                if not claims:
+                    await self._defer_unavailable(backend, pairs)
+                timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
+            await self._sleep(timeout)
+
+    async def _time_to_next_wake(
+        self, backend: Backend, pairs: tuple[tuple[str, int], ...], poll: float, *, ask: bool
+    ) -> float:
+        """Seconds until the earliest wake time known: this worker's own parks, and
+        (when idle, ``ask``) the database's earliest due run, capped by the poll interval."""
+        known = None
+        if ask:
+            try:
+                known = await backend.next_wake_at(pairs)
+            except BackendError:
+                known = None
+        now = self._db_now()
+        # Wakes well past are claimed by now (or the database's next_wake_at has them).
+        while self._wakes and self._wakes[0] <= now - timedelta(milliseconds=100):
+            heapq.heappop(self._wakes)
+        candidates = [t for t in (known, self._wakes[0] if self._wakes else None) if t is not None]
+        if not candidates:
+            return poll
+        delay = (min(candidates) - now).total_seconds()
+        return max(0.001, min(poll, delay))
+
+    async def _sleep(self, timeout: float) -> None:
+        assert self._wakeup is not None
+        if timeout <= 0 or self._wakeup.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def _defer_unavailable(
+        self, backend: Backend, pairs: tuple[tuple[str, int], ...]
+    ) -> None:
+        """When idle, park runs of our workflow names whose version we lack (and that no
+        worker with it took within the grace period): they wait with a backoff and a
+        ``version_unavailable`` event, and are never failed for it. Throttled."""
+        now = time.monotonic()
+        if now - self._deferred_at < self.unavailable_grace:
+            return
+        self._deferred_at = now
+        try:
+            deferred = await backend.defer_unavailable(
+                DeferParams(self.id, pairs, grace_seconds=self.unavailable_grace)
+            )
+        except BackendError as exc:
+            log.warning("could not check for runs of unavailable versions: %s", exc)
+            return
+        if deferred:
+            log.warning(
+                "%d run(s) of versions no live worker has are waiting: %s",
+                len(deferred),
+                ", ".join(deferred[:5]),
+            )
+
+    def _note_wake(self, when: datetime | None) -> None:
+        if when is None:
+            return
+        heapq.heappush(self._wakes, when)
+        if len(self._wakes) > 10_000:  # a bound; the database's next_wake_at covers the rest
+            self._wakes = heapq.nsmallest(5_000, self._wakes)
+        if self._wakeup is not None and self._wakes[0] == when:
+            self._wakeup.set()  # an earlier wake than the loop is sleeping towards
+
+    def _start(self, claim: Any, services: RunServices) -> None:
+        definition = self.app._registry.get(claim.run.workflow, claim.run.version)
+        if definition is None:  # the pairs filter makes this impossible; be safe anyway
+            log.error("claimed run %s of unknown workflow %s", claim.run.id, claim.run.workflow)
+            return
+        runner = Runner(claim, definition, services)
+        task = asyncio.create_task(self._execute(runner), name=f"perdure-run-{claim.run.id}")
+        self._active[claim.run.id] = _Active(runner, task)
+        self.claimed += 1
+
+    async def _execute(self, runner: Runner) -> None:
+        run_id = runner.run.id
+        try:
+            result = await runner.execute()
+            log.debug("run %s (%s): %s", run_id, runner.run.workflow, result.outcome)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("internal error executing run %s; its lease will expire", run_id)
+        finally:
+            active = self._active.get(run_id)
+            if active is not None and active.runner is runner:
+                del self._active[run_id]
+            if self._wakeup is not None:
+                self._wakeup.set()
+
+    def _on_notice(self, notice: Notice) -> None:
+        if notice.kind == "cancel" and notice.run_id is not None:
+            active = self._active.get(notice.run_id)
+            if active is not None:
+                active.runner.cancel("cancelled")
+        elif notice.kind == "wake" and self._wakeup is not None:
+            self._wakeup.set()
+
+    async def _heartbeat_loop(self, backend: Backend) -> None:
+        interval = max(0.05, self.lease / 3)
+        last_ok = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            held = [(run_id, a.runner.token) for run_id, a in self._active.items()]
+            try:
+                still = await backend.extend_leases(self.id, held, self.lease)
+            except BackendError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                if time.monotonic() - last_ok > self.lease:
+                    for active in list(self._active.values()):
+                        active.runner.cancel("lease expired while the database was unreachable")
+                continue
+            last_ok = time.monotonic()
+            for run_id, _token in held:
+                holder = self._active.get(run_id)
+                if run_id not in still and holder is not None:
+                    log.info("run %s is no longer held by this worker; abandoning it", run_id)
+                    holder.runner.cancel("lease lost")
+
+    async def _maintenance_loop(self, backend: Backend) -> None:
+        interval = self.app.settings.sweep_interval
+        if interval <= 0:
+            return
+        await asyncio.sleep(min(interval, 10.0))
+        while True:
+            try:
+                removed = await backend.sweep(self.app.settings.max_retention_days)
+                if removed:
+                    log.info("retention sweep deleted %d finished run(s)", removed)
+            except BackendError as exc:
+                log.warning("retention sweep failed: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def _shutdown(self, backend: Backend, committer: Committer) -> None:
+        if not self._active:
+            return
+        tasks = {a.task for a in self._active.values()}
+        if not self._hard:
+            _done, pending = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
+        else:
+            pending = tasks
+        leftovers = [(run_id, a.runner.token) for run_id, a in self._active.items()]
+        for active in list(self._active.values()):
+            active.runner.cancel("worker stopped")
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        if leftovers:
+            try:
+                await backend.apply([Transition(r, t, outcome=Release()) for r, t in leftovers])
+            except BackendError as exc:
+                log.warning("could not release %d run(s): %s", len(leftovers), exc)
+        await committer.drain()

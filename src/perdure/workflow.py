@@ -1,0 +1,170 @@
+"""Workflow definitions: what `@app.workflow` records, with its options validated."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .durations import Duration, to_seconds
+from .errors import ConfigurationError, ValidationError
+from .names import glob_matches, validate_pattern, validate_workflow_name
+from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+
+if TYPE_CHECKING:
+    from .context import Context
+
+__all__ = ["Registry", "WorkflowDefinition", "define_workflow"]
+
+Body = Callable[..., Awaitable[Any]]
+
+DEFAULT_PRIORITY = 100
+DEFAULT_RETENTION_DAYS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """A registered workflow: the body and its options.
+
+    Attributes:
+        name: the workflow's name (default: the function's name).
+        version: runs keep the version they started with. Default 1.
+        fn: the ``async def body(ctx, input)``.
+        retention_days: days a finished run is kept. Default 30.
+        retry: workflow-level retry of the body. Default: 1 attempt (no retry).
+        deadline: seconds after start when the run fails with DeadlineExceeded, or None.
+        priority: lower runs first. Default 100.
+        on: topic patterns that start this workflow when published.
+    """
+
+    name: str
+    version: int
+    fn: Body
+    retention_days: int = DEFAULT_RETENTION_DAYS
+    retry: RetryPolicy = DEFAULT_WORKFLOW_RETRY
+    deadline: float | None = None
+    priority: int = DEFAULT_PRIORITY
+    on: tuple[str, ...] = ()
+    takes_input: bool = True
+
+    async def call(self, ctx: Context, value: Any) -> Any:
+        """Run the body once."""
+        if self.takes_input:
+            return await self.fn(ctx, value)
+        return await self.fn(ctx)
+
+    def options(self) -> dict[str, Any]:
+        """The options stored in the database registry (for producers without code)."""
+        opts: dict[str, Any] = {"retention_days": self.retention_days, "priority": self.priority}
+        if self.deadline is not None:
+            opts["deadline_seconds"] = self.deadline
+        return opts
+
+
+def _check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValidationError(f"priority must be an integer, got {priority!r}")
+    if not -(2**31) <= priority < 2**31:
+        raise ValidationError(f"priority {priority} is out of range")
+    return priority
+
+
+def retention_to_days(retention: Duration | None, *, what: str = "retention") -> int:
+    """Whole days of a retention duration (rounded up; at least 0)."""
+    if retention is None:
+        return DEFAULT_RETENTION_DAYS
+    if isinstance(retention, int) and not isinstance(retention, bool):
+        seconds = float(retention) * 86400  # a bare integer means days
+    else:
+        seconds = to_seconds(retention, what=what)
+    days = int(-(-seconds // 86400))
+    return days
+
+
+def define_workflow(
+    fn: Body,
+    *,
+    name: str | None = None,
+    version: int = 1,
+    retention: Duration | None = None,
+    retry: RetryPolicy | None = None,
+    deadline: Duration | None = None,
+    priority: int | None = None,
+    on: Iterable[str] | str | None = None,
+) -> WorkflowDefinition:
+    """Validate decorator options and build the definition."""
+    if not inspect.iscoroutinefunction(fn):
+        raise ConfigurationError(
+            f"workflow {getattr(fn, '__name__', fn)!r} must be an 'async def' function"
+        )
+    wf_name = validate_workflow_name(name if name is not None else fn.__name__)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValidationError(f"workflow version must be a positive integer, got {version!r}")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ValidationError("retry must be a perdure.RetryPolicy")
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not params:
+        raise ConfigurationError(
+            f"workflow {wf_name!r} must take the context: async def {wf_name}(ctx, input)"
+        )
+    topics: tuple[str, ...]
+    if on is None:
+        topics = ()
+    elif isinstance(on, str):
+        topics = (validate_pattern(on, what="topic pattern"),)
+    else:
+        topics = tuple(validate_pattern(t, what="topic pattern") for t in on)
+    return WorkflowDefinition(
+        name=wf_name,
+        version=version,
+        fn=fn,
+        retention_days=retention_to_days(retention),
+        retry=retry or DEFAULT_WORKFLOW_RETRY,
+        deadline=None if deadline is None else to_seconds(deadline, what="deadline"),
+        priority=_check_priority(DEFAULT_PRIORITY if priority is None else priority),
+        on=topics,
+        takes_input=len(params) >= 2,
+    )
+
+
+class Registry:
+    """Workflow definitions by name and version."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, dict[int, WorkflowDefinition]] = {}
+        self.generation = 0  # bumps on every registration
+
+    def add(self, definition: WorkflowDefinition) -> None:
+        """Register a definition; the same (name, version) twice is an error."""
+        versions = self._by_name.setdefault(definition.name, {})
+        if definition.version in versions and versions[definition.version].fn is not definition.fn:
+            raise ConfigurationError(
+                f"workflow {definition.name!r} version {definition.version} is registered twice"
+            )
+        versions[definition.version] = definition
+        self.generation += 1
+
+    def get(self, name: str, version: int | None = None) -> WorkflowDefinition | None:
+        """The definition of that version, or the highest version; None if unknown."""
+        versions = self._by_name.get(name)
+        if not versions:
+            return None
+        if version is None:
+            return versions[max(versions)]
+        return versions.get(version)
+
+    def all(self) -> list[WorkflowDefinition]:
+        """Every definition, sorted by name and version."""
+        return [d for name in sorted(self._by_name) for _, d in sorted(self._by_name[name].items())]
+
+    def select(self, patterns: Iterable[str] | None) -> list[WorkflowDefinition]:
+        """Definitions whose name matches any glob in ``patterns`` (all when None)."""
+        if patterns is None:
+            return self.all()
+        pats = list(patterns)
+        return [d for d in self.all() if any(glob_matches(p, d.name) for p in pats)]

@@ -1,1 +1,0 @@
-"""The `stepwise` command line."""
