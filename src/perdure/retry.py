@@ -15,6 +15,10 @@ __all__ = ["NonRetriableError", "RetryAfter", "RetryPolicy"]
 Backoff = Literal["exponential", "linear", "fixed"]
 
 
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class NonRetriableError(PerdureError):
     """Raise from a step (or the body) to fail it at once, without further attempts."""
 
@@ -71,9 +75,9 @@ class RetryPolicy:
             raise ValidationError(
                 f"retry max delay ({cap:g}s) is below the initial delay ({initial:g}s)"
             )
-        if not isinstance(self.factor, int | float) or self.factor < 1:
-            raise ValidationError(f"factor must be a number >= 1, got {self.factor!r}")
-        if not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 1:
+        if not _finite(self.factor) or self.factor < 1:
+            raise ValidationError(f"factor must be a finite number >= 1, got {self.factor!r}")
+        if not _finite(self.jitter) or not 0 <= self.jitter <= 1:
             raise ValidationError(f"jitter must be between 0 and 1, got {self.jitter!r}")
 
     @property

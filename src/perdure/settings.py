@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
+from .serialization import MAX_PAYLOAD_BYTES
 
 __all__ = ["Settings"]
 
@@ -41,7 +42,7 @@ class Settings:
         max_step_attempts: step attempts a run may make, ``PERDURE_MAX_STEP_ATTEMPTS``,
             default 1000.
         max_payload_bytes: largest JSON value stored, ``PERDURE_MAX_PAYLOAD_BYTES``,
-            default 1 MiB.
+            default and maximum 10 MiB (the limit of every entry, SQL producers included).
         max_claims_without_progress: a run claimed this many times in a row without
             committing anything (its worker died each time) fails as ``PoisonRun``;
             ``PERDURE_MAX_RECOVERIES``, default 10; 0 disables.
@@ -53,7 +54,7 @@ class Settings:
     schema: str = "perdure"
     max_retention_days: int = 365
     max_step_attempts: int = 1000
-    max_payload_bytes: int = 1024 * 1024
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
     max_claims_without_progress: int = 10
     sweep_interval: float = 300.0
 
@@ -74,6 +75,11 @@ class Settings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if self.max_payload_bytes > MAX_PAYLOAD_BYTES:
+            raise ConfigurationError(
+                f"max_payload_bytes must be at most {MAX_PAYLOAD_BYTES} (10 MiB), "
+                f"got {self.max_payload_bytes}"
+            )
         interval = self.sweep_interval
         if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
             raise ConfigurationError(f"sweep_interval must be seconds >= 0, got {interval!r}")
@@ -95,7 +101,9 @@ class Settings:
             "schema": schema or env.get("PERDURE_SCHEMA") or "perdure",
             "max_retention_days": _int(env, "PERDURE_MAX_RETENTION_DAYS", 365, minimum=1),
             "max_step_attempts": _int(env, "PERDURE_MAX_STEP_ATTEMPTS", 1000, minimum=1),
-            "max_payload_bytes": _int(env, "PERDURE_MAX_PAYLOAD_BYTES", 1024 * 1024, minimum=1024),
+            "max_payload_bytes": _int(
+                env, "PERDURE_MAX_PAYLOAD_BYTES", MAX_PAYLOAD_BYTES, minimum=1024
+            ),
             "max_claims_without_progress": _int(env, "PERDURE_MAX_RECOVERIES", 10),
             "sweep_interval": float(_int(env, "PERDURE_SWEEP_INTERVAL", 300)),
         }

@@ -126,6 +126,30 @@ async def test_wal_and_pragmas(backend: SQLiteBackend, db_path: Path) -> None:
     assert await backend._call(pragmas) == (1, 1, 30_000)  # NORMAL, on, 30 s
 
 
+async def test_the_file_and_its_wal_and_shm_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "private.db"
+    b = SQLiteBackend(path)
+    await b.open()
+    try:
+        await b.migrate()
+        await b.create_run(NewRun(id=new_run_id(), workflow="wf", version=1, input_json="1"))
+        files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+        assert all(f.exists() for f in files)
+        assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}
+    finally:
+        await b.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///x.db?mode=ro", "sqlite:///x.db#part", "sqlite:///x.db?"]
+)
+def test_an_sqlite_url_with_a_query_or_fragment_is_refused(url: str) -> None:
+    from perdure.backends import create_backend
+
+    with pytest.raises(ConfigurationError, match="query or fragment"):
+        create_backend(url)
+
+
 async def test_synchronous_full(db_path: Path) -> None:
     b = SQLiteBackend(db_path, synchronous="full")
     try:

@@ -1,3 +1,4 @@
+import math
 import random
 
 import pytest
@@ -70,3 +71,17 @@ def test_retry_after_parses_its_delay() -> None:
     assert RetryAfter("1m").delay == 60
     with pytest.raises(ValueError):
         RetryAfter("later")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"factor": math.nan},
+        {"factor": math.inf},
+        {"jitter": math.nan},
+        {"factor": True},
+    ],
+)
+def test_non_finite_numbers_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"finite|between"):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]

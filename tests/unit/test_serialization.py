@@ -66,7 +66,7 @@ def test_rejects_deep_nesting() -> None:
     value: object = []
     for _ in range(100_000):
         value = [value]
-    with pytest.raises(SerializationError, match="nested too deeply"):
+    with pytest.raises(SerializationError, match="nested more than 64 levels"):
         encode(value, what="v")
 
 
@@ -83,3 +83,43 @@ def test_error_description() -> None:
     assert error["type"] == "KeyError"
     assert error["step"] == "a" and error["attempt"] == 2 and "nothing" not in error
     assert "Traceback" in error["traceback"]
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_up_to_64_levels_is_stored_and_deeper_is_refused() -> None:
+    assert decode(encode(_nested(64), what="v")) == _nested(64)
+    with pytest.raises(SerializationError, match="nested more than 64 levels"):
+        encode(_nested(65), what="the input")
+    with pytest.raises(SerializationError, match="nested more than 64 levels"):
+        encode({"a": _nested(970)}, what="the input")  # once a worker-killing input
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = "[" * 200
+    assert decode(encode([text, {"k": text}], what="v")) == [text, {"k": text}]
+
+
+def test_a_value_over_10_mib_is_refused_whatever_the_setting() -> None:
+    big = "x" * (10 * 1024 * 1024)
+    with pytest.raises(SerializationError, match="over the limit of 10485760 bytes"):
+        encode(big, what="v", max_bytes=50 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("value", [1e16, 1.5e300, -3.602879701896397e16, 2e22])
+def test_integral_floats_are_written_in_full_so_jsonb_keeps_them_floats(value: float) -> None:
+    text = encode({"v": value}, what="v")
+    assert "e" not in text and text.endswith(".0}")
+    assert decode(text) == {"v": value} and isinstance(decode(text)["v"], float)
+
+
+def test_stored_text_too_deep_to_decode_is_a_serialization_error() -> None:
+    with pytest.raises(SerializationError, match="nested"):
+        decode("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SerializationError, match="not valid JSON"):
+        decode("{nope")

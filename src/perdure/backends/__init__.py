@@ -31,6 +31,12 @@ def create_backend(url: str, *, schema: str = "perdure") -> Backend:
                 "SQLite URLs look like sqlite:///relative/path.db or "
                 f"sqlite:////abs/path.db, got {url!r}"
             )
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ConfigurationError(
+                f"the SQLite URL {url!r} has a query or fragment, which perdure does not "
+                "take (no option would be applied); give only the file, as "
+                "sqlite:///path/to/file.db"
+            )
         path = unquote(parts.path[1:]) if parts.path.startswith("/") else unquote(parts.path)
         if not path or path == ":memory:":
             raise ConfigurationError(

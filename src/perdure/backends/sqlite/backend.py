@@ -138,6 +138,7 @@ class SQLiteBackend(Backend):
         return await asyncio.wrap_future(future)
 
     def _connect(self) -> Session:
+        _create_private(self.path)
         conn = sqlite3.connect(
             self.path,
             timeout=self._busy_timeout_ms / 1000,
@@ -498,3 +499,18 @@ def _sweep(s: Session, max_retention_days: int, limit: int) -> int:
         s.run(QUERIES["sweep_published"], {"before": before})
         s.run(QUERIES["sweep_workers"], {"before": before})
         return deleted
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only (0600) if it is missing.
+
+    SQLite gives the ``-wal`` and ``-shm`` files it creates the database file's
+    permissions, so every payload stays private. An existing file keeps its mode.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise BackendError(f"cannot create the SQLite file {path}: {exc.strerror}") from exc
+    os.close(fd)
