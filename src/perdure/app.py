@@ -460,7 +460,11 @@ class App:
         timeout: float | None = None,
         **start_options: Any,
     ) -> Any:
-        """Start a run and wait for its output; see `start_async` and `result_async`."""
+        """Start a run and wait for its output; see `start_async` and `result_async`.
+
+        A bad ``timeout`` is refused before anything is stored."""
+        if timeout is not None:
+            to_seconds(timeout, what="timeout")
         handle = await self.start_async(workflow, input, **start_options)
         return await self.result_async(handle.id, timeout=timeout)
 
