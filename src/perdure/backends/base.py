@@ -234,6 +234,16 @@ class Backend(abc.ABC):
         must abandon the others (lost, cancelled or taken over)."""
 
     @abc.abstractmethod
+    async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
+        """Make every run leased to ``worker_id`` but not in ``held`` claimable now.
+
+        A claim whose answer was lost (the connection died after the database
+        committed it) leaves runs leased to a worker that does not know it holds
+        them; the worker calls this once the database answers again, so those runs
+        do not wait for their lease to expire. Their next claim logs
+        ``lease_expired``. Returns how many runs were released."""
+
+    @abc.abstractmethod
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
         """Apply transitions of claimed runs in one database transaction.
 

@@ -121,6 +121,7 @@ class Worker:
         #: how long a run of an unknown version may stay due before it is deferred
         self.unavailable_grace = 5.0
         self._deferred_at = -1e9
+        self._renewal_owed = False  # a heartbeat failed: renew before the next claim
 
     # ------------------------------------------------------------------ public lifecycle
 
@@ -253,7 +254,9 @@ class Worker:
             )
         )
         unsubscribe = await backend.subscribe(self._on_notice)
-        committer = Committer(backend, give_up=max(self.lease, 5.0))
+        # A commit is retried through a database outage of up to two minutes (or four
+        # leases): the fence makes retrying safe, and the run stays this worker's.
+        committer = Committer(backend, give_up=max(120.0, 4 * self.lease))
         executor = ThreadPoolExecutor(
             max_workers=min(64, max(8, 2 * self.concurrency)), thread_name_prefix="perdure-step"
         )
@@ -308,6 +311,12 @@ class Worker:
             timeout = poll
             if free > 0:
                 try:
+                    if failures:
+                        await self._release_orphans(backend)
+                    # After an outage, renew this worker's leases before claiming, or it
+                    # would take its own runs back (their leases expired meanwhile).
+                    if self._renewal_owed and not await self._renew(backend):
+                        raise BackendError("the database is still unreachable")
                     claims = await backend.claim_runs(ClaimParams(self.id, pairs, free, self.lease))
                     failures = 0
                 except BackendError as exc:
@@ -325,6 +334,17 @@ class Worker:
                     await self._defer_unavailable(backend, pairs)
                 timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
             await self._sleep(timeout)
+
+    async def _release_orphans(self, backend: Backend) -> None:
+        """After a failed claim, free the runs it may have leased to this worker after
+        all (the database committed, the answer was lost): they are claimable now
+        instead of after their lease."""
+        released = await backend.release_orphans(self.id, list(self._active))
+        if released:
+            log.warning(
+                "released %d run(s) claimed for this worker by a claim whose answer was lost",
+                released,
+            )
 
     async def _time_to_next_wake(
         self, backend: Backend, pairs: tuple[tuple[str, int], ...], poll: float, *, ask: bool
@@ -424,25 +444,34 @@ class Worker:
             self._wakeup.set()
 
     async def _heartbeat_loop(self, backend: Backend) -> None:
+        """Renew the leases of the runs this worker executes, every third of the lease.
+
+        While the database is unreachable the runs are kept, not dropped: a renewal
+        takes effect whenever the run still carries this worker's token, expired or
+        not, so after a restart the worker carries on with every run nobody else
+        claimed meanwhile, and gives up only those (the fence would refuse their
+        writes anyway)."""
         interval = max(0.05, self.lease / 3)
-        last_ok = time.monotonic()
         while True:
             await asyncio.sleep(interval)
-            held = [(run_id, a.runner.token) for run_id, a in self._active.items()]
-            try:
-                still = await backend.extend_leases(self.id, held, self.lease)
-            except BackendError as exc:
-                log.warning("heartbeat failed: %s", exc)
-                if time.monotonic() - last_ok > self.lease:
-                    for active in list(self._active.values()):
-                        active.runner.cancel("lease expired while the database was unreachable")
-                continue
-            last_ok = time.monotonic()
-            for run_id, _token in held:
-                holder = self._active.get(run_id)
-                if run_id not in still and holder is not None:
-                    log.info("run %s is no longer held by this worker; abandoning it", run_id)
-                    holder.runner.cancel("lease lost")
+            await self._renew(backend)
+
+    async def _renew(self, backend: Backend) -> bool:
+        """Renew every held lease once; False (and renewal still owed) if that failed."""
+        held = [(run_id, a.runner.token) for run_id, a in self._active.items()]
+        try:
+            still = await backend.extend_leases(self.id, held, self.lease)
+        except BackendError as exc:
+            self._renewal_owed = True
+            log.warning("heartbeat failed, retrying: %s", exc)
+            return False
+        self._renewal_owed = False
+        for run_id, token in held:
+            holder = self._active.get(run_id)
+            if run_id not in still and holder is not None and holder.runner.token == token:
+                log.info("run %s is no longer held by this worker; abandoning it", run_id)
+                holder.runner.cancel("lease lost")
+        return True
 
     async def _maintenance_loop(self, backend: Backend) -> None:
         interval = self.app.settings.sweep_interval

@@ -558,6 +558,12 @@ class PostgresBackend(Backend):
         )
         return {row[0] for row in rows}
 
+    async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
+        rows = await self._all(
+            QUERIES["release_orphans"], {"worker": worker_id, "ids": list(held)}
+        )
+        return len(rows)
+
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
         if not transitions:
             return []

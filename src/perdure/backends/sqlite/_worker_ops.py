@@ -31,7 +31,7 @@ from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt,
 from ._ops import add_event, brief, insert_run, write_child_result, write_step
 from ._session import QUERIES, Session, is_busy
 
-__all__ = ["apply", "claim_runs", "extend_leases", "validate_transitions"]
+__all__ = ["apply", "claim_runs", "extend_leases", "release_orphans", "validate_transitions"]
 
 log = logging.getLogger("perdure.backends.sqlite")
 
@@ -117,6 +117,17 @@ def extend_leases(
             if s.run(QUERIES["extend_lease"], {"id": run_id, "token": token, "expires": expires}):
                 still.add(run_id)
         return still
+
+
+def release_orphans(s: Session, worker_id: str, held: Sequence[str]) -> int:
+    keep = set(held)
+    with s.write() as now:
+        rows = s.all(QUERIES["release_orphan_candidates"], {"worker": worker_id})
+        orphans = [row["id"] for row in rows if row["id"] not in keep]
+        at = micro(now)
+        for run_id in orphans:
+            s.run(QUERIES["release_orphan"], {"id": run_id, "worker": worker_id, "now": at})
+        return len(orphans)
 
 
 # --------------------------------------------------------------------------- apply

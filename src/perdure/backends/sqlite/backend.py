@@ -305,6 +305,9 @@ class SQLiteBackend(Backend):
     async def claim_runs(self, params: ClaimParams) -> list[Claim]:
         return await self._call(_worker_ops.claim_runs, params)
 
+    async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
+        return await self._call(_worker_ops.release_orphans, worker_id, list(held))
+
     async def extend_leases(
         self, worker_id: str, held: Sequence[tuple[str, int]], lease_seconds: float
     ) -> set[str]:

@@ -220,7 +220,9 @@ WITH due AS (
 claimed AS (
     UPDATE runs AS r SET
         status = 'running',
-        lease_token = r.lease_token + 1,
+        -- Never a token handed out before, even by a claim a crash undid (claims
+        -- commit without waiting for their WAL flush): see docs/storage.md.
+        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM now()) * 1000)::bigint),
         lease_owner = %(worker)s::text,
         lease_expires_at = now() + make_interval(secs => %(lease)s::double precision),
         available_at = now() + make_interval(secs => %(lease)s::double precision),
@@ -277,6 +279,14 @@ UPDATE runs AS r SET
 FROM held
 WHERE r.id = held.id
 RETURNING r.id
+
+-- name: release_orphans
+-- Make runs leased to this worker but not among the ids it holds claimable now.
+UPDATE runs SET lease_expires_at = now(), available_at = now()
+WHERE status = 'running'
+  AND lease_owner = %(worker)s
+  AND id <> ALL(%(ids)s::text[])
+RETURNING id
 
 -- name: apply_transition
 -- Apply one fenced transition that has no waits and no children, in one statement:

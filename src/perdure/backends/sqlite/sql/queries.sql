@@ -316,7 +316,8 @@ LIMIT :limit
 -- Lease the runs of a JSON id list to a worker; returns the claimed rows.
 UPDATE runs SET
     status = 'running',
-    lease_token = lease_token + 1,
+    -- A new token never handed out before (see docs/storage.md).
+    lease_token = max(lease_token + 1, CAST(:now * 1000 AS INTEGER)),
     lease_owner = :worker,
     lease_expires_at = :expires,
     available_at = :expires,
@@ -349,6 +350,15 @@ ORDER BY run_id, created_at, rowid
 -- Renew one lease if the run is still running under the token.
 UPDATE runs SET lease_expires_at = :expires, available_at = :expires
 WHERE id = :id AND lease_token = :token AND status = 'running'
+
+-- name: release_orphan_candidates
+-- Runs leased to this worker (it filters out the ones it holds).
+SELECT id FROM runs WHERE status = 'running' AND lease_owner = :worker
+
+-- name: release_orphan
+-- Make one run leased to this worker claimable now.
+UPDATE runs SET lease_expires_at = :now, available_at = :now
+WHERE id = :id AND status = 'running' AND lease_owner = :worker
 
 -- name: fence_run
 -- The fence of a transition: count its progress if the run is still held; returns it.
