@@ -238,6 +238,8 @@ class Claim:
     claims_since_progress: int
     step_attempts: int
     recovered: bool = False
+    #: why the run's stored data cannot be decoded (it then fails as PoisonRun)
+    poison: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

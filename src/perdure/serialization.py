@@ -28,7 +28,9 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_DEPTH",
     "MAX_PAYLOAD_BYTES",
+    "Undecodable",
     "decode",
+    "decode_stored",
     "encode",
     "error_from_exception",
 ]
@@ -138,6 +140,27 @@ def decode(text: str | None) -> Any:
         raise SerializationError(f"a stored value is nested more than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         raise SerializationError(f"a stored value is not valid JSON: {exc}") from None
+
+
+class Undecodable(str):
+    """A stored value the engine cannot decode (written around its checks, e.g. by hand).
+
+    It reads as a short text saying so, so listings and the API still show the run;
+    a worker that claims such a run fails it as ``PoisonRun`` instead of dying."""
+
+    __slots__ = ()
+
+
+def decode_stored(text: str | bytes | None) -> Any:
+    """Decode a value read from the database; an undecodable one becomes `Undecodable`."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return Undecodable(f"<undecodable: nested more than {MAX_DEPTH} levels>")
+    except ValueError as exc:
+        return Undecodable(f"<undecodable: {str(exc)[:200]}>")
 
 
 def error_from_exception(exc: BaseException, **extra: Any) -> dict[str, Any]:

@@ -34,3 +34,22 @@ async def wait_for_async(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def raw_sql(database: object, sql: str, params: tuple[object, ...] = ()) -> None:
+    """Run one statement on the test's database around the engine (``?`` placeholders):
+    how tests plant data no entry of the engine would accept."""
+    kind, url, schema = database.kind, database.url, database.schema  # type: ignore[attr-defined]
+    if kind == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(url.split("sqlite:///", 1)[1], isolation_level=None)
+        try:
+            conn.execute(sql, params)
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, options=f"-c search_path={schema}") as pg:
+        pg.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]

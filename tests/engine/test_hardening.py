@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from perdure import App, Context, SerializationError, ValidationError
+from perdure import App, Context, SerializationError, ValidationError, WorkflowFailed
+
+from .helpers import raw_sql, wait_for
 
 
 def _nested(depth: int) -> object:
@@ -52,3 +54,38 @@ def test_values_past_the_limits_are_refused_at_start_and_signal(
     with pytest.raises(SerializationError, match=message):
         app.publish("go", value)
     assert [e.type for e in app.get_events(handle.id)] == ["created"]
+
+
+def test_a_run_whose_stored_data_cannot_be_decoded_fails_as_poison_and_the_worker_lives(
+    app: App, database
+) -> None:  # type: ignore[no-untyped-def]
+    """Data written around the engine (by hand, or by an older producer) nested far past
+    any decoder's reach: the worker fails that run as PoisonRun, keeps serving others, and
+    listings still show it."""
+
+    @app.workflow
+    async def echo(ctx: Context, value: object) -> object:
+        got = await ctx.step.wait_for_event("go")
+        return [value, got]
+
+    deep = "[" * 3000 + "]" * 3000
+    in_input = app.start(echo, 1)
+    in_journal = app.start(echo, 2)
+    with app.worker(concurrency=2):
+        wait_for(lambda: all(app.get_run(h.id).status == "waiting" for h in (in_input, in_journal)))
+    raw_sql(database, "UPDATE runs SET input = ? WHERE id = ?", (deep, in_input.id))
+    app.signal(in_journal.id, "go", "ok")  # the wait's journal row holds the payload...
+    raw_sql(database, "UPDATE steps SET output = ? WHERE run_id = ?", (deep, in_journal.id))
+    app.signal(in_input.id, "go", "ok")
+    healthy = app.start(echo, 3)
+    with app.worker(concurrency=2):
+        for handle in (in_input, in_journal):
+            with pytest.raises(WorkflowFailed) as failed:
+                handle.result(timeout=20)
+            assert failed.value.error["type"] == "PoisonRun"
+            assert "cannot be decoded" in failed.value.error["message"]
+        healthy.signal("go", "fine")
+        assert healthy.result(timeout=20) == [3, "fine"]
+    listed = {run.id: run for run in app.list_runs().items}
+    assert str(listed[in_input.id].input).startswith("<undecodable")
+    assert app.get_run(in_input.id).status == "failed"

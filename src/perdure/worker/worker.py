@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._logging import quiet_repeats
 from ..backends.base import Backend
@@ -36,7 +36,16 @@ from ..engine.runner import Runner, RunServices
 from ..errors import BackendError, ConfigurationError, ValidationError
 from ..ids import new_worker_id
 from ..names import validate_pattern
-from ..records import ClaimParams, DeferParams, Notice, Release, Transition, WorkerInfo
+from ..records import (
+    Claim,
+    ClaimParams,
+    DeferParams,
+    Fail,
+    Notice,
+    Release,
+    Transition,
+    WorkerInfo,
+)
 from .committer import Committer
 
 if TYPE_CHECKING:
@@ -122,6 +131,7 @@ class Worker:
         self.unavailable_grace = 5.0
         self._deferred_at = -1e9
         self._renewal_owed = False  # a heartbeat failed: renew before the next claim
+        self._side: set[asyncio.Task[None]] = set()  # poison runs being failed
 
     # ------------------------------------------------------------------ public lifecycle
 
@@ -319,10 +329,13 @@ class Worker:
                         raise BackendError("the database is still unreachable")
                     claims = await backend.claim_runs(ClaimParams(self.id, pairs, free, self.lease))
                     failures = 0
-                except BackendError as exc:
+                except Exception as exc:  # a storage error, or a bug: never the worker's end
                     failures += 1
                     delay = min(5.0, 0.1 * 2**failures)
-                    log.warning("claim failed (%s); retrying in %.1fs", exc, delay)
+                    if isinstance(exc, BackendError):
+                        log.warning("claim failed (%s); retrying in %.1fs", exc, delay)
+                    else:
+                        log.exception("claim failed unexpectedly; retrying in %.1fs", delay)
                     await self._sleep(delay)
                     continue
                 for claim in claims:
@@ -409,7 +422,12 @@ class Worker:
         if self._wakeup is not None and self._wakes[0] == when:
             self._wakeup.set()  # an earlier wake than the loop is sleeping towards
 
-    def _start(self, claim: Any, services: RunServices) -> None:
+    def _start(self, claim: Claim, services: RunServices) -> None:
+        if claim.poison is not None:
+            task = asyncio.create_task(self._fail_poison(claim, services))
+            self._side.add(task)
+            task.add_done_callback(self._side.discard)
+            return
         definition = self.app._registry.get(claim.run.workflow, claim.run.version)
         if definition is None:  # the pairs filter makes this impossible; be safe anyway
             log.error("claimed run %s of unknown workflow %s", claim.run.id, claim.run.workflow)
@@ -418,6 +436,17 @@ class Worker:
         task = asyncio.create_task(self._execute(runner), name=f"perdure-run-{claim.run.id}")
         self._active[claim.run.id] = _Active(runner, task)
         self.claimed += 1
+
+    async def _fail_poison(self, claim: Claim, services: RunServices) -> None:
+        """A run whose stored data cannot be decoded fails as PoisonRun; the worker lives."""
+        run = claim.run
+        message = f"the run's stored data cannot be decoded: {claim.poison}"
+        log.warning("run %s (%s) fails as PoisonRun: %s", run.id, run.workflow, message)
+        error = {"type": "PoisonRun", "message": message}
+        try:
+            await services.commit(Transition(run.id, claim.lease_token, outcome=Fail(error)))
+        except BackendError as exc:
+            log.warning("could not fail poison run %s: %s", run.id, exc)
 
     async def _execute(self, runner: Runner) -> None:
         run_id = runner.run.id

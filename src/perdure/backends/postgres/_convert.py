@@ -36,6 +36,7 @@ from ...records import (
     Transition,
     Wait,
 )
+from ...serialization import Undecodable
 
 __all__ = [
     "RUN_WIDTH",
@@ -110,6 +111,9 @@ def claim_from_row(row: Sequence[Any]) -> Claim:
     """A `Claim` from a claim_runs row: the run, lease columns, journal and waits (JSON)."""
     run = run_from_row(row)
     token, since_progress, step_attempts, recovered, now, journal, waits = row[RUN_WIDTH:]
+    poison = next((v for v in (run.input, journal, waits) if isinstance(v, Undecodable)), None)
+    if poison is not None:  # the worker fails the run; it never replays it
+        journal, waits = (), ()
     return Claim(
         run=run,
         lease_token=token,
@@ -119,6 +123,7 @@ def claim_from_row(row: Sequence[Any]) -> Claim:
         claims_since_progress=since_progress,
         step_attempts=step_attempts,
         recovered=bool(recovered),
+        poison=None if poison is None else str(poison),
     )
 
 

@@ -32,6 +32,7 @@ from typing import Any, LiteralString, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import BackendError, ConfigurationError, SchemaVersionError
@@ -56,6 +57,7 @@ from ...records import (
     WorkflowRecord,
     WorkflowSummary,
 )
+from ...serialization import decode_stored
 from .._sqlfiles import load_migrations, load_queries
 from ..base import Backend, NoticeCallback, Unsubscribe
 from ._convert import (
@@ -152,6 +154,7 @@ class PostgresBackend(Backend):
             max_size=self._max_size,
             open=False,
             name=f"perdure-{self._schema}",
+            configure=_configure,
             # Fail a checkout after 10 s and retry a lost connection for at most 5 s
             # at a time, so callers' own backoff (capped at 5 s) drives recovery after
             # a database restart instead of the pool's doubling delays.
@@ -559,9 +562,7 @@ class PostgresBackend(Backend):
         return {row[0] for row in rows}
 
     async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
-        rows = await self._all(
-            QUERIES["release_orphans"], {"worker": worker_id, "ids": list(held)}
-        )
+        rows = await self._all(QUERIES["release_orphans"], {"worker": worker_id, "ids": list(held)})
         return len(rows)
 
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
@@ -725,3 +726,10 @@ async def _pipelined_transaction(
             with contextlib.suppress(psycopg.Error):
                 await conn.rollback()
         raise
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Every pool connection decodes JSON with the guarded decoder: a value too deep or
+    broken to decode becomes an `Undecodable` marker instead of failing the whole read
+    (a claim of many runs, a page of a listing)."""
+    set_json_loads(decode_stored, conn)

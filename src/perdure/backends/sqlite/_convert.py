@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...records import Event, Run, Step, Wait, WorkerInfo
+from ...serialization import decode_stored
 
 __all__ = [
     "INFINITY",
@@ -55,7 +56,7 @@ def to_dt_opt(value: float | None) -> datetime | None:
 
 
 def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    return decode_stored(text)
 
 
 def dumps(value: Any) -> str | None:
@@ -75,7 +76,7 @@ def to_run(row: sqlite3.Row) -> Run:
         workflow=row["workflow"],
         version=row["version"],
         status=status,
-        input=json.loads(row["input"]),
+        input=loads(row["input"]),
         output=loads(row["output"]),
         error=loads(row["error"]),
         attempt=row["attempt"],

@@ -27,6 +27,7 @@ from ...records import (
     Wait,
     WakeReason,
 )
+from ...serialization import Undecodable
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
 from ._ops import add_event, brief, insert_run, write_child_result, write_step
 from ._session import QUERIES, Session, is_busy
@@ -91,16 +92,23 @@ def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
     for row in picked:
         run_id = row["id"]
         run = claimed[run_id]
+        record = to_run(run)
+        journal = tuple(journals.get(run_id, ()))
+        run_waits = tuple(waits.get(run_id, ()))
+        values = [record.input, *(v for st in journal for v in (st.output, st.error))]
+        values += [w.match for w in run_waits]
+        poison = next((v for v in values if isinstance(v, Undecodable)), None)
         claims.append(
             Claim(
-                run=to_run(run),
+                run=record,
                 lease_token=run["lease_token"],
-                journal=tuple(journals.get(run_id, ())),
-                waits=tuple(waits.get(run_id, ())),
+                journal=() if poison else journal,
+                waits=() if poison else run_waits,
                 now=at,
                 claims_since_progress=run["claims_since_progress"],
                 step_attempts=run["step_attempts"],
                 recovered=row["status"] == "running",
+                poison=None if poison is None else str(poison),
             )
         )
     return claims
