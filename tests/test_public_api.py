@@ -3,12 +3,13 @@
 import perdure
 
 EXPECTED = {
-    "App", "BackendError", "ConfigurationError", "Context", "DeadlineExceeded", "Event",
-    "IdempotencyConflict", "LeaseLost", "MissingDependencyError", "NonRetriableError",
+    "App", "BackendError", "ChildTimeout", "ConfigurationError", "Context", "DeadlineExceeded",
+    "Event", "LeaseLost", "MissingDependencyError", "NonDeterminismError", "NonRetriableError",
     "NotFoundError", "Page", "Published", "RetryAfter", "RetryPolicy", "Run", "RunHandle",
     "RunNotFound", "SchemaVersionError", "SerializationError", "Step", "StepApi", "StepFailed",
-    "PerdureError", "TimeoutError", "ValidationError", "WorkerInfo", "Worker",
-    "WorkflowCancelled", "WorkflowFailed", "WorkflowNotRegistered", "WorkflowSummary",
+    "PerdureError", "PoisonRun", "StepLimitExceeded", "StepTimeout", "TimeoutError",
+    "ValidationError", "WorkerInfo", "Worker", "WorkflowCancelled", "WorkflowFailed",
+    "WorkflowSummary",
     "__version__", "parse_duration",
 }  # fmt: skip
 

@@ -1,48 +1,52 @@
 """perdure: durable workflows for Python, journaled in PostgreSQL or SQLite."""
 
+from ._version import __version__
 from .app import App
 from .context import Context, StepApi
 from .durations import parse_duration
 from .errors import (
     BackendError,
+    ChildTimeout,
     ConfigurationError,
     DeadlineExceeded,
-    IdempotencyConflict,
     LeaseLost,
     MissingDependencyError,
+    NonDeterminismError,
     NotFoundError,
     PerdureError,
+    PoisonRun,
     RunNotFound,
     SchemaVersionError,
     SerializationError,
     StepFailed,
+    StepLimitExceeded,
+    StepTimeout,
     TimeoutError,
     ValidationError,
     WorkflowCancelled,
     WorkflowFailed,
-    WorkflowNotRegistered,
 )
 from .handle import RunHandle
 from .records import Event, Page, Published, Run, Step, WorkerInfo, WorkflowSummary
 from .retry import NonRetriableError, RetryAfter, RetryPolicy
 from .worker import Worker
 
-__version__ = "0.1.0"
-
 __all__ = [
     "App",
     "BackendError",
+    "ChildTimeout",
     "ConfigurationError",
     "Context",
     "DeadlineExceeded",
     "Event",
-    "IdempotencyConflict",
     "LeaseLost",
     "MissingDependencyError",
+    "NonDeterminismError",
     "NonRetriableError",
     "NotFoundError",
     "Page",
     "PerdureError",
+    "PoisonRun",
     "Published",
     "RetryAfter",
     "RetryPolicy",
@@ -54,13 +58,14 @@ __all__ = [
     "Step",
     "StepApi",
     "StepFailed",
+    "StepLimitExceeded",
+    "StepTimeout",
     "TimeoutError",
     "ValidationError",
     "Worker",
     "WorkerInfo",
     "WorkflowCancelled",
     "WorkflowFailed",
-    "WorkflowNotRegistered",
     "WorkflowSummary",
     "__version__",
     "parse_duration",

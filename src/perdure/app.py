@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -31,7 +32,6 @@ from .errors import (
     ValidationError,
     WorkflowCancelled,
     WorkflowFailed,
-    WorkflowNotRegistered,
 )
 from .handle import RunHandle
 from .ids import new_run_id
@@ -51,8 +51,9 @@ from .records import (
     WorkflowSummary,
 )
 from .retry import RetryPolicy
-from .serialization import encode
+from .serialization import decode, encode
 from .settings import Settings
+from .validation import check_aware, check_int, check_key, check_time, lookup_id
 from .worker import Worker
 from .workflow import Body, Registry, define_workflow
 
@@ -63,37 +64,13 @@ WorkflowRef = str | Callable[..., Any]
 
 _SHARED = "shared"
 
+log = logging.getLogger("perdure")
+
 
 def workflow_name(workflow: object) -> str:
     """The name behind a workflow reference: a decorated function or a name."""
     name = getattr(workflow, "__perdure_name__", workflow)
     return validate_workflow_name(name)
-
-
-def _aware(value: object, what: str) -> datetime:
-    if not isinstance(value, datetime):
-        raise ValidationError(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError(f"{what} must be timezone-aware (e.g. datetime.now(timezone.utc))")
-    return value
-
-
-def _check_int(value: object, what: str, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{what} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValidationError(f"{what} must be at least {minimum}, got {value}")
-    if not -(2**31) <= value < 2**31:
-        raise ValidationError(f"{what} {value} is out of range")
-    return value
-
-
-def _check_key(value: object) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= 255 or "\x00" in value:
-        raise ValidationError(
-            f"idempotency_key must be a string of 1-255 characters without NUL, got {value!r:.80}"
-        )
-    return value
 
 
 class App:
@@ -335,21 +312,21 @@ class App:
 
     async def _resolve(
         self, workflow: WorkflowRef, version: int | None
-    ) -> tuple[str, int, dict[str, Any]]:
+    ) -> tuple[str, int | None, dict[str, Any], bool]:
+        """Name, version, options and whether some process registered the workflow.
+
+        A workflow no process has registered is accepted (producers never depend on
+        workers): the version stays as given (None: the claiming worker's highest)."""
         name = workflow_name(workflow)
         if version is not None:
-            _check_int(version, "version", minimum=1)
+            check_int(version, "version", minimum=1)
         definition = self._registry.get(name, version)
         if definition is not None:
-            return definition.name, definition.version, definition.options()
+            return definition.name, definition.version, definition.options(), True
         record = await (await self._backend()).get_workflow(name, version)
         if record is None:
-            what = f"workflow {name!r}" + ("" if version is None else f" version {version}")
-            raise WorkflowNotRegistered(
-                f"{what} is not registered: decorate it with @app.workflow in this process, "
-                "or start a worker that serves it once so the database knows it"
-            )
-        return record.name, record.version, record.options
+            return name, version, {}, False
+        return record.name, record.version, record.options, True
 
     async def start_async(
         self,
@@ -363,15 +340,19 @@ class App:
         deadline: Duration | datetime | None = None,
         version: int | None = None,
         retention_days: int | None = None,
+        run_id: str | None = None,
     ) -> RunHandle:
         """Start a run: one committed insert; it will run whether or not a worker is up.
+
+        A workflow no process has registered yet is accepted: the run stays pending
+        until a worker that serves the name claims it (``handle.warning`` says so).
 
         Args:
             workflow: the decorated function or the workflow's name.
             input: the run's input, a JSON value (dataclasses/pydantic models become dicts).
-            idempotency_key: the same key (per workflow) returns the existing run instead
-                of starting a second one; with a different input it raises
-                `IdempotencyConflict`.
+            idempotency_key: the same key (per workflow) returns the existing run
+                (``handle.created`` False) whatever its input, never a second one; a
+                differing input is logged and recorded as a ``duplicate_start`` event.
             priority: lower numbers are claimed first (default: the workflow's, else 100).
             delay: start no earlier than this long from now.
             run_at: start no earlier than this (timezone-aware) time.
@@ -380,26 +361,27 @@ class App:
             version: run this version instead of the highest registered one.
             retention_days: keep the finished run this many days (capped by
                 ``PERDURE_MAX_RETENTION_DAYS``).
+            run_id: the run's id (1-255 characters; default a new ULID). Starting with
+                an id that exists returns that run, like an idempotency key.
 
         Returns:
             A `RunHandle`.
         """
-        name, resolved_version, options = await self._resolve(workflow, version)
+        new_id = new_run_id() if run_id is None else check_key(run_id, "run_id")
+        name, resolved_version, options, registered = await self._resolve(workflow, version)
         input_json = encode(
             input, what=f"the input of workflow {name!r}", max_bytes=self.settings.max_payload_bytes
         )
-        key = None if idempotency_key is None else _check_key(idempotency_key)
-        prio = (
-            options.get("priority", 100) if priority is None else _check_int(priority, "priority")
-        )
+        key = None if idempotency_key is None else check_key(idempotency_key)
+        prio = options.get("priority", 100) if priority is None else check_int(priority, "priority")
         if delay is not None and run_at is not None:
             raise ValidationError("pass either delay or run_at, not both")
         delay_s = 0.0 if delay is None else to_seconds(delay, what="delay")
-        at = None if run_at is None else _aware(run_at, "run_at")
+        at = None if run_at is None else check_time(run_at, "run_at")
         deadline_in: float | None = None
         deadline_at: datetime | None = None
         if isinstance(deadline, datetime):
-            deadline_at = _aware(deadline, "deadline")
+            deadline_at = check_time(deadline, "deadline")
         elif deadline is not None:
             deadline_in = to_seconds(deadline, what="deadline")
         elif options.get("deadline_seconds") is not None:
@@ -407,10 +389,10 @@ class App:
         if retention_days is None:
             retention = int(options.get("retention_days", 30))
         else:
-            retention = _check_int(retention_days, "retention_days", minimum=0)
+            retention = check_int(retention_days, "retention_days", minimum=0)
         retention = min(retention, self.settings.max_retention_days)
         new = NewRun(
-            id=new_run_id(),
+            id=new_id,
             workflow=name,
             version=resolved_version,
             input_json=input_json,
@@ -423,7 +405,20 @@ class App:
             retention_days=retention,
         )
         result = await (await self._backend()).create_run(new)
-        return RunHandle(self, result.run.id, name)
+        warning = None
+        if not registered and result.run.version is None:
+            warning = (
+                f"no process has registered workflow {name!r} yet: the run waits until a "
+                "worker that serves it starts"
+            )
+            log.info("run %s: %s", result.run.id, warning)
+        if not result.created and result.run.input != decode(input_json):
+            log.warning(
+                "start of %s returned the existing run %s, whose input differs",
+                name,
+                result.run.id,
+            )
+        return RunHandle(self, result.run.id, name, created=result.created, warning=warning)
 
     def start(
         self,
@@ -437,6 +432,7 @@ class App:
         deadline: Duration | datetime | None = None,
         version: int | None = None,
         retention_days: int | None = None,
+        run_id: str | None = None,
     ) -> RunHandle:
         """Start a run; see `start_async`."""
         return self._portal.call(
@@ -450,6 +446,7 @@ class App:
             deadline=deadline,
             version=version,
             retention_days=retention_days,
+            run_id=run_id,
         )
 
     async def run_async(
@@ -543,9 +540,7 @@ class App:
 
     @staticmethod
     async def _get_run(backend: Backend, run_id: str) -> Run:
-        if not isinstance(run_id, str):
-            raise RunNotFound(run_id)
-        run = await backend.get_run(run_id)
+        run = await backend.get_run(lookup_id(run_id))
         if run is None:
             raise RunNotFound(run_id)
         return run
@@ -567,8 +562,12 @@ class App:
         input_match: Any = None,
         limit: int = 50,
         cursor: str | None = None,
+        parent_id: str | None = None,
     ) -> Page[Run]:
         """Runs, newest first, filtered; pass ``page.next_cursor`` back for the next page.
+
+        Newest first by the database's ``created_at``, the id breaking ties; a cursor
+        never skips or repeats a run.
 
         Args:
             workflow: only this workflow (function or name).
@@ -577,24 +576,32 @@ class App:
             input_match: only runs whose input contains this JSON value (``@>`` semantics).
             limit: page size, 1-1000.
             cursor: from a previous page.
+            parent_id: only the children of this run.
         """
         if status is not None and status not in RUN_STATUSES:
             raise ValidationError(
                 f"status must be one of {', '.join(RUN_STATUSES)}; got {status!r}"
             )
-        _check_int(limit, "limit", minimum=1)
+        check_int(limit, "limit", minimum=1)
         if limit > 1000:
             raise ValidationError(f"limit must be at most 1000, got {limit}")
-        if cursor is not None and (not isinstance(cursor, str) or len(cursor) > 200):
-            raise ValidationError("cursor must be a string from a previous page")
+        if cursor is not None and (
+            not isinstance(cursor, str) or len(cursor) > 1000 or not cursor.isascii()
+        ):
+            raise ValidationError(
+                f"cursor must be the next_cursor of a previous page, got {cursor!r:.80}"
+            )
+        if parent_id is not None:
+            check_key(parent_id, "parent_id")
         params = ListRunsParams(
             workflow=None if workflow is None else workflow_name(workflow),
             status=status,
-            since=None if since is None else _aware(since, "since"),
-            until=None if until is None else _aware(until, "until"),
+            since=None if since is None else check_aware(since, "since"),
+            until=None if until is None else check_aware(until, "until"),
             input_match_json=None
             if input_match is None
             else encode(input_match, what="input_match"),
+            parent_id=parent_id,
             limit=limit,
             cursor=cursor,
         )
@@ -609,16 +616,25 @@ class App:
         input_match: Any = None,
         limit: int = 50,
         cursor: str | None = None,
+        parent_id: str | None = None,
     ) -> Page[Run]:
         """Runs, newest first, filtered; see `list_runs_async`."""
         return self._portal.call(
-            self.list_runs_async, workflow, status, since, until, input_match, limit, cursor
+            self.list_runs_async,
+            workflow,
+            status,
+            since,
+            until,
+            input_match,
+            limit,
+            cursor,
+            parent_id,
         )
 
     async def get_steps_async(self, run_id: str) -> list[Step]:
         """The run's journal: one `Step` per step key, in the order they were recorded."""
         backend = await self._backend()
-        steps = await backend.get_steps(run_id) if isinstance(run_id, str) else []
+        steps = await backend.get_steps(lookup_id(run_id))
         if not steps:
             await self._get_run(backend, run_id)
         return steps
@@ -630,7 +646,7 @@ class App:
     async def get_events_async(self, run_id: str) -> list[Event]:
         """The run's audit trail (created, claimed, step_completed, ...), oldest first."""
         backend = await self._backend()
-        events = await backend.get_events(run_id) if isinstance(run_id, str) else []
+        events = await backend.get_events(lookup_id(run_id))
         if not events:
             await self._get_run(backend, run_id)
         return events
@@ -661,31 +677,46 @@ class App:
     async def cancel_async(self, run_id: str) -> bool:
         """Cancel a live run (and its live children). True if it was live; False if it
         had already ended. Raises `RunNotFound`."""
-        if not isinstance(run_id, str):
-            raise RunNotFound(run_id)
-        return await (await self._backend()).cancel_run(run_id)
+        return await (await self._backend()).cancel_run(lookup_id(run_id))
 
     def cancel(self, run_id: str) -> bool:
         """Cancel a live run; see `cancel_async`."""
         return self._portal.call(self.cancel_async, run_id)
 
-    async def signal_async(self, run_id: str, event: str, payload: Any = None) -> bool:
+    async def signal_async(
+        self,
+        run_id: str,
+        event: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
         """Send ``event`` with ``payload`` to one run.
 
         Resolves the run's matching `wait_for_event`, or is buffered for its next one.
         Returns True if delivered or buffered, False if the run has ended (nothing is
-        stored). Raises `RunNotFound`.
+        stored). The same ``idempotency_key`` twice delivers once. Raises `RunNotFound`.
         """
         validate_event_name(event)
         payload_json = encode(payload, what=f"the payload of signal {event!r}")
-        if not isinstance(run_id, str):
-            raise RunNotFound(run_id)
-        outcome = await (await self._backend()).deliver_signal(run_id, event, payload_json)
+        key = None if idempotency_key is None else check_key(idempotency_key)
+        outcome = await (await self._backend()).deliver_signal(
+            lookup_id(run_id), event, payload_json, key
+        )
         return outcome != "ended"
 
-    def signal(self, run_id: str, event: str, payload: Any = None) -> bool:
+    def signal(
+        self,
+        run_id: str,
+        event: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
         """Send an event to one run; see `signal_async`."""
-        return self._portal.call(self.signal_async, run_id, event, payload)
+        return self._portal.call(
+            self.signal_async, run_id, event, payload, idempotency_key=idempotency_key
+        )
 
     async def publish_async(
         self, event: str, payload: Any = None, *, idempotency_key: str | None = None
@@ -695,7 +726,7 @@ class App:
         A repeated ``idempotency_key`` does nothing and returns the first result."""
         validate_event_name(event)
         payload_json = encode(payload, what=f"the payload of event {event!r}")
-        key = None if idempotency_key is None else _check_key(idempotency_key)
+        key = None if idempotency_key is None else check_key(idempotency_key)
         return await (await self._backend()).publish(event, payload_json, key)
 
     def publish(

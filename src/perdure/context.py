@@ -185,7 +185,9 @@ class Context:
 
     @property
     def version(self) -> int:
-        return self._runner.run.version
+        version = self._runner.run.version
+        assert version is not None  # a claim fixes the version of every run it returns
+        return version
 
     @property
     def attempt(self) -> int:

@@ -5,11 +5,9 @@ PerdureError
 ├── ConfigurationError                   bad URL, settings or registration
 │   └── MissingDependencyError (+ImportError)  names the extra to install
 ├── ValidationError (+ValueError)        bad input at any edge; nothing was stored
-│   ├── SerializationError               a value is not JSON (names the workflow or step)
-│   └── IdempotencyConflict              same idempotency key, different input
+│   └── SerializationError               a value is not JSON (names the workflow or step)
 ├── NotFoundError (+LookupError)
-│   ├── RunNotFound
-│   └── WorkflowNotRegistered
+│   └── RunNotFound
 ├── BackendError                         storage failure; the driver error is __cause__
 │   ├── SchemaVersionError               database schema newer than this code
 │   └── LeaseLost                        a fenced write was rejected (zombie worker)
@@ -17,8 +15,17 @@ PerdureError
 ├── WorkflowFailed                       from result()/run(); .error holds the cause
 ├── WorkflowCancelled
 ├── DeadlineExceeded                     the run's deadline passed
+├── StepLimitExceeded                    the run made more step attempts than allowed
+├── NonDeterminismError                  the body changed the order or kind of its steps
+├── PoisonRun                            the run's stored data cannot be handled
+├── StepTimeout                          a step attempt outlived its timeout
+├── ChildTimeout                         run_workflow's wait outlived its timeout
 └── TimeoutError (+builtins.TimeoutError) waiting for a result timed out
 ```
+
+The engine records the errors from DeadlineExceeded down in a run's or step's
+``error`` under their class names (``WorkflowFailed.error["type"]``), so code can
+match on ``error["type"] == perdure.StepLimitExceeded.__name__``.
 
 `NonRetriableError` and `RetryAfter` are raised by user code to steer retries;
 they live in `perdure.retry` and also derive from PerdureError.
@@ -31,22 +38,25 @@ from typing import Any
 
 __all__ = [
     "BackendError",
+    "ChildTimeout",
     "ConfigurationError",
     "DeadlineExceeded",
-    "IdempotencyConflict",
     "LeaseLost",
     "MissingDependencyError",
+    "NonDeterminismError",
     "NotFoundError",
     "PerdureError",
+    "PoisonRun",
     "RunNotFound",
     "SchemaVersionError",
     "SerializationError",
     "StepFailed",
+    "StepLimitExceeded",
+    "StepTimeout",
     "TimeoutError",
     "ValidationError",
     "WorkflowCancelled",
     "WorkflowFailed",
-    "WorkflowNotRegistered",
 ]
 
 
@@ -80,14 +90,6 @@ class SerializationError(ValidationError):
     """A value could not be encoded as JSON."""
 
 
-class IdempotencyConflict(ValidationError):
-    """A run with this idempotency key exists with a different input."""
-
-    def __init__(self, message: str, run_id: str) -> None:
-        super().__init__(message)
-        self.run_id = run_id
-
-
 class NotFoundError(PerdureError, LookupError):
     """Something that was asked for does not exist."""
 
@@ -98,10 +100,6 @@ class RunNotFound(NotFoundError):
     def __init__(self, run_id: object) -> None:
         super().__init__(f"no run with id {run_id!r}")
         self.run_id = run_id
-
-
-class WorkflowNotRegistered(NotFoundError):
-    """No workflow of this name (or version) is registered."""
 
 
 class BackendError(PerdureError):
@@ -156,7 +154,29 @@ class WorkflowCancelled(PerdureError):
 
 
 class DeadlineExceeded(PerdureError):
-    """The run's deadline passed before it ended."""
+    """The run's deadline passed before it ended (also while it was parked)."""
+
+
+class StepLimitExceeded(PerdureError):
+    """The run made more step attempts, retries included, than ``max_step_attempts``."""
+
+
+class NonDeterminismError(PerdureError):
+    """On replay the body asked for a step of another kind than the journal holds under
+    that key: the code changed under a running version (start a new version instead)."""
+
+
+class PoisonRun(PerdureError):
+    """The run's stored data (input, journal, a payload) cannot be decoded or handled,
+    e.g. written around the engine's checks; the run fails, the worker goes on."""
+
+
+class StepTimeout(PerdureError):
+    """A step attempt took longer than its ``timeout`` (retried like any failure)."""
+
+
+class ChildTimeout(PerdureError):
+    """``run_workflow``'s wait took longer than its ``timeout``; the child goes on."""
 
 
 class TimeoutError(PerdureError, builtins.TimeoutError):

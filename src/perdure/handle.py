@@ -12,14 +12,28 @@ __all__ = ["RunHandle"]
 
 
 class RunHandle:
-    """A started run: its ``id`` and shortcuts to the app's methods for it."""
+    """A started run: its ``id`` and shortcuts to the app's methods for it.
 
-    __slots__ = ("_app", "id", "workflow")
+    ``created`` is False when the start found an existing run (same idempotency key
+    or run id); ``warning`` says when no process has registered the workflow yet (the
+    run waits for a worker that serves it)."""
 
-    def __init__(self, app: App, run_id: str, workflow: str) -> None:
+    __slots__ = ("_app", "created", "id", "warning", "workflow")
+
+    def __init__(
+        self,
+        app: App,
+        run_id: str,
+        workflow: str,
+        *,
+        created: bool = True,
+        warning: str | None = None,
+    ) -> None:
         self._app = app
         self.id = run_id
         self.workflow = workflow
+        self.created = created
+        self.warning = warning
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.workflow} {self.id}>"
@@ -54,10 +68,16 @@ class RunHandle:
         """Cancel the run; see `App.cancel`."""
         return self._app.cancel(self.id)
 
-    async def signal_async(self, event: str, payload: Any = None) -> bool:
+    async def signal_async(
+        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> bool:
         """Send an event to the run; see `App.signal_async`."""
-        return await self._app.signal_async(self.id, event, payload)
+        return await self._app.signal_async(
+            self.id, event, payload, idempotency_key=idempotency_key
+        )
 
-    def signal(self, event: str, payload: Any = None) -> bool:
+    def signal(
+        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> bool:
         """Send an event to the run; see `App.signal`."""
-        return self._app.signal(self.id, event, payload)
+        return self._app.signal(self.id, event, payload, idempotency_key=idempotency_key)

@@ -42,12 +42,14 @@ class Run:
     """One run of a workflow, as stored.
 
     ``wake_at`` is when a pending or waiting run next becomes claimable (``None``
-    when it waits only for an event, or when it is running or ended).
+    when it waits only for an event, or when it is running or ended). ``version`` is
+    None until a worker claims a run started by the name of a workflow no process had
+    registered; the claim fixes it to that worker's highest version.
     """
 
     id: str
     workflow: str
-    version: int
+    version: int | None
     status: str
     input: Any
     output: Any
@@ -127,7 +129,7 @@ class WorkerInfo:
 class Page(Generic[T]):
     """One page of a listing; pass ``next_cursor`` back to get the next (None: no more)."""
 
-    items: tuple[T, ...]
+    items: list[T]
     next_cursor: str | None
 
 
@@ -147,12 +149,13 @@ class NewRun:
     """Parameters of `Backend.create_run`. Values are validated before they get here.
 
     Times: ``delay`` (seconds from the database's now) or an absolute ``run_at``;
-    ``deadline_in`` (seconds from now) or an absolute ``deadline_at``.
+    ``deadline_in`` (seconds from now) or an absolute ``deadline_at``. ``version``
+    None: no process has registered the workflow; the first claim fixes it.
     """
 
     id: str
     workflow: str
-    version: int
+    version: int | None
     input_json: str
     priority: int = 100
     idempotency_key: str | None = None
@@ -359,6 +362,7 @@ class ListRunsParams:
     since: datetime | None = None
     until: datetime | None = None
     input_match_json: str | None = None
+    parent_id: str | None = None
     limit: int = 50
     cursor: str | None = None
 

@@ -70,7 +70,7 @@ def ordered_run_id() -> str:
     return new_run_id(now_ms=ms)
 
 
-def new_run(workflow: str = "wf", version: int = 1, input: Any = None, **kw: Any) -> NewRun:
+def new_run(workflow: str = "wf", version: int | None = 1, input: Any = None, **kw: Any) -> NewRun:
     """A `NewRun` with a fresh (creation-ordered) id and ``input`` encoded."""
     kw.setdefault("id", ordered_run_id())
     return NewRun(workflow=workflow, version=version, input_json=js(input), **kw)

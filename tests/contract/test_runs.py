@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from perdure.backends.base import Backend
-from perdure.errors import IdempotencyConflict
+from perdure.errors import ValidationError
 from perdure.ids import new_run_id
 from perdure.records import (
     RUN_STATUSES,
@@ -25,6 +25,7 @@ from perdure.records import (
 from .helpers import (
     BackendFactory,
     DatabaseLike,
+    claim,
     claim_one,
     close_to,
     create,
@@ -275,19 +276,48 @@ async def test_idempotency_keys_are_unique_per_workflow(backend: Backend) -> Non
     assert d.created is True
 
 
-async def test_same_key_different_input_conflicts_and_stores_nothing(backend: Backend) -> None:
+async def test_same_key_different_input_returns_the_existing_run(backend: Backend) -> None:
     first = await backend.create_run(new_run(input={"a": 1}, idempotency_key="k"))
-    clash = new_run(input={"a": 2}, idempotency_key="k", priority=1)
-    with pytest.raises(IdempotencyConflict) as info:
-        await backend.create_run(clash)
-    assert info.value.run_id == first.run.id
-    assert await backend.get_run(clash.id) is None
+    again = new_run(input={"a": 2}, idempotency_key="k", priority=1)
+    result = await backend.create_run(again)
+    assert result.created is False and result.run.id == first.run.id
+    assert await backend.get_run(again.id) is None
     assert [r.id for r in await _all_runs(backend)] == [first.run.id]
     stored = await backend.get_run(first.run.id)
     assert stored is not None
     assert stored.input == {"a": 1}
     assert stored.priority == 100
-    assert await event_types(backend, first.run.id) == ["created"]
+    assert await event_types(backend, first.run.id) == ["created", "duplicate_start"]
+    events = await backend.get_events(first.run.id)
+    assert events[-1].data == {"idempotency_key": "k", "input_differs": True}
+    # The same input again records nothing more.
+    assert (await backend.create_run(new_run(input={"a": 1}, idempotency_key="k"))).created is False
+    assert await event_types(backend, first.run.id) == ["created", "duplicate_start"]
+
+
+async def test_a_chosen_run_id_is_idempotent_and_unique_across_workflows(
+    backend: Backend,
+) -> None:
+    first = await backend.create_run(new_run("wf", input=1, id="order-42"))
+    assert first.created and first.run.id == "order-42"
+    again = await backend.create_run(new_run("wf", input=1, id="order-42"))
+    assert again.created is False and again.run.id == "order-42"
+    with pytest.raises(ValidationError, match="already names a run of workflow 'wf'"):
+        await backend.create_run(new_run("other", input=1, id="order-42"))
+    assert [r.id for r in await _all_runs(backend)] == ["order-42"]
+
+
+async def test_a_run_without_a_version_takes_the_claiming_workers_highest(
+    backend: Backend,
+) -> None:
+    created = await backend.create_run(new_run("later", input=1, version=None))
+    assert created.run.version is None
+    assert await claim(backend, workflows=(("other", 1),)) == []
+    claims = await claim(backend, workflows=(("later", 2), ("later", 3)))
+    assert [c.run.id for c in claims] == [created.run.id]
+    assert claims[0].run.version == 3
+    stored = await backend.get_run(created.run.id)
+    assert stored is not None and stored.version == 3
 
 
 async def test_concurrent_same_key_creates_exactly_one_run(
@@ -309,29 +339,22 @@ async def test_concurrent_same_key_creates_exactly_one_run(
     assert await event_types(backend, winner_id) == ["created"]
 
 
-async def test_concurrent_same_key_with_two_inputs_one_run_and_conflicts(
+async def test_concurrent_same_key_with_two_inputs_makes_one_run(
     backend: Backend, backend_factory: BackendFactory
 ) -> None:
     other = await backend_factory()
     news = [new_run(input={"v": i % 2}, idempotency_key="once") for i in range(20)]
     instances = [backend, other]
     outcomes = await asyncio.gather(
-        *(instances[i % 2].create_run(new) for i, new in enumerate(news)),
-        return_exceptions=True,
+        *(instances[i % 2].create_run(new) for i, new in enumerate(news))
     )
     runs = await _all_runs(backend)
     assert len(runs) == 1
-    stored = runs[0]
-    for new, outcome in zip(news, outcomes, strict=True):
-        same_input = new.input_json == js(stored.input)
-        if same_input:
-            assert not isinstance(outcome, BaseException), outcome
-            assert outcome.run.id == stored.id
-        else:
-            assert isinstance(outcome, IdempotencyConflict), outcome
-            assert outcome.run_id == stored.id
-    created = [o for o in outcomes if not isinstance(o, BaseException) and o.created]
-    assert len(created) == 1
+    assert {o.run.id for o in outcomes} == {runs[0].id}
+    assert len([o for o in outcomes if o.created]) == 1
+    differing = [n for n in news if n.input_json != js(runs[0].input)]
+    types = await event_types(backend, runs[0].id)
+    assert types.count("duplicate_start") == len(differing) == 10
 
 
 # --------------------------------------------------------------------------- list_runs
@@ -373,6 +396,40 @@ async def test_list_runs_cursor_is_stable_under_new_inserts(backend: Backend) ->
     seen = [r.id for r in page1.items] + [r.id for r in page2.items]
     assert seen == list(reversed(ids))
     assert newer.id not in seen
+
+
+async def test_list_runs_orders_by_the_databases_creation_time_not_the_id(
+    backend: Backend,
+) -> None:
+    # Ids from a producer whose clock runs behind, or chosen by the caller.
+    first = await create(backend, input=1, id="zzz-first")
+    second = await create(backend, input=2, id="aaa-second")
+    third = await create(backend, input=3, id="mmm-third")
+    page = await backend.list_runs(ListRunsParams(limit=2))
+    assert [r.id for r in page.items] == [third.id, second.id]
+    rest = await backend.list_runs(ListRunsParams(limit=2, cursor=page.next_cursor))
+    assert [r.id for r in rest.items] == [first.id] and rest.next_cursor is None
+    assert isinstance(page.items, list)
+
+
+async def test_list_runs_filters_by_parent(backend: Backend) -> None:
+    parent = await create(backend, input="parent")
+    other = await create(backend, input="other")
+    kids = [
+        await create(backend, input=i, parent_id=parent.id, parent_step=f"child:{i}")
+        for i in range(3)
+    ]
+    await create(backend, input="x", parent_id=other.id, parent_step="child")
+    found = await _all_runs(backend, parent_id=parent.id)
+    assert [r.id for r in found] == [k.id for k in reversed(kids)]
+    assert await _all_runs(backend, parent_id="no-such-run") == []
+
+
+@pytest.mark.parametrize("cursor", ["garbage!", "\udc80", "a\x00b", "Zm9v"])
+async def test_list_runs_refuses_a_cursor_it_did_not_make(backend: Backend, cursor: str) -> None:
+    await create(backend, input=1)
+    with pytest.raises(ValidationError, match="cursor"):
+        await backend.list_runs(ListRunsParams(limit=2, cursor=cursor))
 
 
 async def test_list_runs_filters_by_workflow_and_status(backend: Backend) -> None:

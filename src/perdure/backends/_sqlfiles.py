@@ -2,17 +2,28 @@
 
 A queries file holds blocks that each start with a header line ``-- name: <name>``;
 the block's text up to the next header is the query (comments included). Migration
-files are named ``NNNN_description.sql`` and applied in number order.
+files are named ``NNNN_description.sql`` and applied in number order. Function files
+(``sql/functions/*.sql``, PostgreSQL) are applied in name order, as a set, whenever
+their text changes (see `function_set`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import LiteralString, cast
 
-__all__ = ["Migration", "compact", "load_migrations", "load_queries", "parse_queries"]
+__all__ = [
+    "FunctionSet",
+    "Migration",
+    "compact",
+    "function_set",
+    "load_migrations",
+    "load_queries",
+    "parse_queries",
+]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _TRAILING_COMMENT = re.compile(r"\s+--\s.*$")
@@ -77,3 +88,26 @@ def load_migrations(package: str) -> list[Migration]:
             f"migrations of {package} are not numbered 1..n: {[m.name for m in found]}"
         )
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSet:
+    """The function files of a backend, in apply order, and a digest of their text."""
+
+    files: tuple[tuple[str, LiteralString], ...]
+    digest: str
+
+
+def function_set(package: str) -> FunctionSet:
+    """Load ``<package>/sql/functions/*.sql`` in name order."""
+    folder = resources.files(package).joinpath("sql", "functions")
+    entries = sorted(
+        (entry.name, entry.read_text("utf-8"))
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
+    )
+    digest = hashlib.sha256()
+    for name, text in entries:
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    files = tuple((name, cast(LiteralString, text)) for name, text in entries)  # type: ignore[redundant-cast]
+    return FunctionSet(files, digest.hexdigest())

@@ -106,15 +106,18 @@ class Backend(abc.ABC):
     async def create_run(self, new: NewRun) -> CreateResult:
         """Insert a run (status ``pending``) and its ``created`` event; notify ``wake``.
 
-        With an idempotency key that already exists for the workflow, return the
+        With an id or (workflow, idempotency key) that already exists, return the
         existing run with ``created=False`` (also under concurrent calls: exactly one
-        insert wins). If that run's input differs from ``new.input_json`` (compared as
-        JSON values), raise `IdempotencyConflict` instead.
+        insert wins); if its input differs from ``new.input_json`` (compared as JSON
+        values), record a ``duplicate_start`` event on it. An id that names a run of
+        another workflow raises `ValidationError`. ``new.version`` None (no process
+        registered the workflow) is stored as is; `claim_runs` fixes it.
         """
 
     @abc.abstractmethod
     async def cancel_run(self, run_id: str) -> bool:
-        """Cancel a live run and, recursively, its live children.
+        """Cancel a live run and, recursively, its live children (as `apply` does for
+        the children of a run that fails).
 
         Sets status ``cancelled`` and ``completed_at``, clears the lease, deletes its
         waits and buffered signals, records a ``cancelled`` event, notifies ``cancel``
@@ -126,8 +129,13 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def deliver_signal(self, run_id: str, event: str, payload_json: str) -> SignalOutcome:
+    async def deliver_signal(
+        self, run_id: str, event: str, payload_json: str, idempotency_key: str | None = None
+    ) -> SignalOutcome:
         """Deliver a signal to one run, in one transaction.
+
+        With an ``idempotency_key`` the run already received, deliver nothing and
+        return what that delivery returned.
 
         * ``resolved``: a registered wait of the run on ``event`` whose match the
           payload contains (oldest wait first) gets a completed journal row (kind
@@ -172,7 +180,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
-        """Runs matching the filters, newest first, at most ``params.limit``.
+        """Runs matching the filters, at most ``params.limit``, newest first by the
+        database's ``created_at`` with the id breaking ties; ``params.cursor`` (the
+        ``next_cursor`` of a previous page) continues after that page, never skipping
+        or repeating a run (a malformed cursor raises `ValidationError`).
 
         ``since``/``until`` bound ``created_at`` (inclusive/exclusive);
         ``input_match_json`` keeps runs whose input contains it (JSON containment,
@@ -212,7 +223,9 @@ class Backend(abc.ABC):
         """Claim up to ``params.limit`` due runs in one transaction.
 
         Due: status ``pending``, ``waiting`` or ``running`` (an expired lease), with
-        ``available_at <= now``, and (workflow, version) among ``params.workflows``;
+        ``available_at <= now``, and (workflow, version) among ``params.workflows``,
+        or a run without a version whose workflow is among them (it takes the highest
+        version of its name there);
         lowest ``priority`` first, then oldest ``available_at``. Concurrent claimers
         never get the same run (``FOR UPDATE SKIP LOCKED`` / ``BEGIN IMMEDIATE``).
 
@@ -266,7 +279,9 @@ class Backend(abc.ABC):
           its key already has a journal row. A ``waiting`` event is recorded.
         * `Complete` / `Fail`: status ``completed``/``failed``, output/error and
           ``completed_at`` set, lease cleared, waits and buffered signals deleted,
-          ``completed``/``failed`` event, ``done`` notice. If the run has a parent, the
+          ``completed``/``failed`` event, ``done`` notice. A failed run's live
+          descendants are cancelled (as `cancel_run` does, event data ``{"by": id}``).
+          If the run has a parent, the
           parent's journal row ``parent_step`` (kind ``child``) is written with the
           output (or, failed, status ``failed`` with the child's error plus
           ``"run_id": child id``) and the parent becomes claimable now (unless it is

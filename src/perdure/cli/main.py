@@ -169,6 +169,10 @@ def start(
         delay=delay,
     )
     console.print(handle.id, highlight=False)
+    if handle.warning is not None:
+        err_console.print(
+            f"warning: {handle.warning}", highlight=False, markup=False, soft_wrap=True
+        )
     if wait:
         console.print_json(json.dumps(app.result(handle.id, timeout=timeout)))
 

@@ -44,10 +44,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from .._local import outcomes
 from ..errors import (
     BackendError,
+    ChildTimeout,
+    DeadlineExceeded,
+    NonDeterminismError,
+    PoisonRun,
     SerializationError,
     StepFailed,
+    StepLimitExceeded,
+    StepTimeout,
     ValidationError,
-    WorkflowNotRegistered,
 )
 from ..ids import new_run_id
 from ..records import (
@@ -215,14 +220,15 @@ class Runner:
         run = self.run
         if run.deadline_at is not None and self.claim.now >= run.deadline_at:
             return _engine_error(
-                "DeadlineExceeded", f"the run's deadline {run.deadline_at.isoformat()} passed"
+                DeadlineExceeded(f"the run's deadline {run.deadline_at.isoformat()} passed")
             )
         limit = self.services.max_claims_without_progress
         if limit and self.claim.claims_since_progress > limit:
             return _engine_error(
-                "PoisonRun",
-                f"the run was claimed {self.claim.claims_since_progress} times without committing "
-                "any progress (its worker probably crashed each time); giving up",
+                PoisonRun(
+                    f"the run was claimed {self.claim.claims_since_progress} times without "
+                    "committing any progress (its worker probably crashed each time); giving up"
+                )
             )
         return None
 
@@ -234,7 +240,7 @@ class Runner:
 
         def hit() -> None:
             self._deadline_error = _engine_error(
-                "DeadlineExceeded", f"the run's deadline {deadline.isoformat()} passed"
+                DeadlineExceeded(f"the run's deadline {deadline.isoformat()} passed")
             )
             self._cancel_tasks()
 
@@ -518,10 +524,11 @@ class Runner:
         if record.kind != kind:
             raise FailRunSignal(
                 _engine_error(
-                    "NonDeterminismError",
-                    f"step {key!r} was recorded as a {record.kind!r} step but the workflow now "
-                    f"calls it as a {kind!r} step: the code changed under a running run; "
-                    "give the new code a new workflow version",
+                    NonDeterminismError(
+                        f"step {key!r} was recorded as a {record.kind!r} step but the workflow "
+                        f"now calls it as a {kind!r} step: the code changed under a running "
+                        "run; give the new code a new workflow version"
+                    )
                 )
             )
 
@@ -555,9 +562,10 @@ class Runner:
         if self.step_attempts >= self.services.max_step_attempts:
             raise FailRunSignal(
                 _engine_error(
-                    "StepLimitExceeded",
-                    f"the run made {self.step_attempts} step attempts, the limit is "
-                    f"{self.services.max_step_attempts}",
+                    StepLimitExceeded(
+                        f"the run made {self.step_attempts} step attempts, the limit is "
+                        f"{self.services.max_step_attempts}"
+                    )
                 )
             )
         attempt = previous + 1
@@ -713,41 +721,63 @@ class Runner:
     async def run_child(
         self, name: str, workflow: str, input_json: str, timeout: float | None
     ) -> Any:
-        """Start a child run once and wait for it; see `StepApi.run_workflow`."""
+        """Start a child run once and wait for it; see `StepApi.run_workflow`.
+
+        The child may be a workflow only another process registers: it then waits,
+        like any start, for a worker that serves it. With a ``timeout`` the wait is
+        registered with that timeout (under the event name ``~child``, which no
+        signal can carry); past it the step fails with `ChildTimeout` and the child
+        goes on."""
         key = self.keys.next(name)
         self._enter_step_api()
         record = self.journal.get(key)
+        if record is None:
+            registered = self.waits.get(key)
+            timeout_at = None if registered is None else registered.timeout_at
+            if timeout_at is not None and timeout_at <= self.now():
+                record = await self._child_timed_out(key, timeout_at)
         if record is not None:
             self._check_kind(key, record, "child")
             if record.status == "failed":
                 raise StepFailed(key, record.error or {}, record.attempts)
             return record.output
         definition = self.services.registry.get(workflow)
-        if definition is None:
-            raise StepFailed(
-                key,
-                error_from_exception(
-                    WorkflowNotRegistered(f"child workflow {workflow!r} is not registered"),
-                    step=key,
-                ),
-            )
         child = NewRun(
             id=new_run_id(),
-            workflow=definition.name,
-            version=definition.version,
+            workflow=workflow,
+            version=None if definition is None else definition.version,
             input_json=input_json,
             priority=self.run.priority,
             idempotency_key=f"~child:{self.run.id}:{key}",
-            deadline_in=timeout if timeout is not None else definition.deadline,
-            retention_days=definition.retention_days,
+            deadline_in=None if definition is None else definition.deadline,
+            retention_days=30 if definition is None else definition.retention_days,
             parent_id=self.run.id,
             parent_step=key,
         )
-        await self._wait_parked(self._new_park("child", None, children=(child,)))
+        timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
+        waits = () if timeout_at is None else (WaitWrite(key, "~child", None, timeout_at),)
+        await self._wait_parked(self._new_park("child", None, children=(child,), waits=waits))
 
-
-class StepTimeout(Exception):
-    """A step attempt took longer than its ``timeout``."""
+    async def _child_timed_out(self, key: str, timeout_at: datetime) -> Step:
+        """Record the child step as failed with ChildTimeout (unless the child's own
+        result got there first, which then wins) and return the stored row."""
+        error = _engine_error(
+            ChildTimeout(f"child step {key!r} did not end by {timeout_at.isoformat()}")
+        )
+        write = StepWrite(key, "child", "failed", None, error, started_at=self.now())
+        event = EventWrite("step_failed", {"step": key, "attempt": 1, "error": error})
+        self._in_flight += 1
+        self._bump()
+        try:
+            result = await self._commit(
+                Transition(self.run.id, self.token, steps=(write,), events=(event,))
+            )
+        finally:
+            self._in_flight -= 1
+            self._bump()
+        stored = _stored(result, key) or Step(key, "child", "failed", None, error, 1, None, None)
+        self.journal[key] = stored
+        return stored
 
 
 async def _within(awaitable: Awaitable[Any], timeout: float | None, key: str) -> Any:
@@ -778,5 +808,6 @@ def _brief(error: dict[str, Any]) -> dict[str, Any]:
     return {"type": error.get("type"), "message": error.get("message")}
 
 
-def _engine_error(kind: str, message: str) -> dict[str, Any]:
-    return {"type": kind, "message": message}
+def _engine_error(error: Exception) -> dict[str, Any]:
+    """The stored form of an error the engine raises: its class name and message."""
+    return {"type": type(error).__name__, "message": str(error)}

@@ -33,7 +33,7 @@ from .._logging import quiet_repeats
 from ..backends.base import Backend
 from ..durations import Duration, to_seconds
 from ..engine.runner import Runner, RunServices
-from ..errors import BackendError, ConfigurationError, ValidationError
+from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
 from ..names import validate_pattern
 from ..records import (
@@ -442,7 +442,7 @@ class Worker:
         run = claim.run
         message = f"the run's stored data cannot be decoded: {claim.poison}"
         log.warning("run %s (%s) fails as PoisonRun: %s", run.id, run.workflow, message)
-        error = {"type": "PoisonRun", "message": message}
+        error = {"type": PoisonRun.__name__, "message": message}
         try:
             await services.commit(Transition(run.id, claim.lease_token, outcome=Fail(error)))
         except BackendError as exc:

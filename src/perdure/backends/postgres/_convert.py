@@ -17,11 +17,9 @@ import psycopg
 
 from ...errors import (
     BackendError,
-    IdempotencyConflict,
     PerdureError,
     RunNotFound,
     ValidationError,
-    WorkflowNotRegistered,
 )
 from ...records import (
     Claim,
@@ -63,8 +61,7 @@ FINAL_STEP_STATUSES = frozenset({"completed", "failed"})
 def translate_error(exc: BaseException) -> PerdureError:
     """The perdure error for a driver error (the one place SQLSTATEs are mapped).
 
-    ``PD001`` → `ValidationError`, ``PD002`` → `RunNotFound`, ``PD003`` →
-    `IdempotencyConflict`, ``PD004`` → `WorkflowNotRegistered`; data errors (class
+    ``PD001`` → `ValidationError`, ``PD002`` → `RunNotFound`; data errors (class
     22) and constraint checks (23502, 23514) → `ValidationError`; everything else
     (connection loss, deadlock after retries, ...) → `BackendError`. The caller
     chains the driver error as __cause__.
@@ -77,10 +74,6 @@ def translate_error(exc: BaseException) -> PerdureError:
             return ValidationError(primary)
         if state == "PD002":
             return RunNotFound(detail)
-        if state == "PD003":
-            return IdempotencyConflict(primary, detail)
-        if state == "PD004":
-            return WorkflowNotRegistered(primary)
         if state.startswith("22") or state in ("23502", "23514"):
             return ValidationError(f"the database rejected a value: {primary}")
         return BackendError(f"PostgreSQL error ({state or type(exc).__name__}): {primary}")

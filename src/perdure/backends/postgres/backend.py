@@ -35,7 +35,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...errors import BackendError, ConfigurationError, SchemaVersionError
+from ..._version import __version__
+from ...errors import BackendError, ConfigurationError, SchemaVersionError, ValidationError
 from ...records import (
     RUN_STATUSES,
     Claim,
@@ -58,7 +59,8 @@ from ...records import (
     WorkflowSummary,
 )
 from ...serialization import decode_stored
-from .._sqlfiles import load_migrations, load_queries
+from .._cursor import decode_cursor, encode_cursor
+from .._sqlfiles import function_set, load_migrations, load_queries
 from ..base import Backend, NoticeCallback, Unsubscribe
 from ._convert import (
     claim_from_row,
@@ -216,7 +218,25 @@ class PostgresBackend(Backend):
                     log.info("applying migration %s to schema %s", migration.name, self._schema)
                     await conn.execute(migration.sql)
                     await conn.execute(QUERIES["record_migration"], {"version": migration.version})
+            await self._apply_functions(conn)
         return max(current, latest)
+
+    async def _apply_functions(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Apply the function files when their text differs from what the schema last
+        applied, unless a newer perdure applied it (a rolling deploy's old process)."""
+        functions = function_set(__package__)
+        cur = await conn.execute(QUERIES["functions_applied"])
+        row = await cur.fetchone()
+        if row is not None and (
+            row[0] == functions.digest or _version_key(row[1]) > _version_key(__version__)
+        ):
+            return
+        log.info("applying the functions of schema %s", self._schema)
+        for _name, text in functions.files:
+            await conn.execute(text)
+        await conn.execute(
+            QUERIES["record_functions"], {"digest": functions.digest, "version": __version__}
+        )
 
     async def now(self) -> datetime:
         row = await self._one(QUERIES["now"])
@@ -399,9 +419,17 @@ class PostgresBackend(Backend):
         row = await self._one(QUERIES["cancel_run"], {"run_id": run_id})
         return bool(row and row[0])
 
-    async def deliver_signal(self, run_id: str, event: str, payload_json: str) -> SignalOutcome:
+    async def deliver_signal(
+        self, run_id: str, event: str, payload_json: str, idempotency_key: str | None = None
+    ) -> SignalOutcome:
         row = await self._one(
-            QUERIES["signal_run"], {"run_id": run_id, "event": event, "payload": payload_json}
+            QUERIES["deliver_signal"],
+            {
+                "run_id": run_id,
+                "event": event,
+                "payload": payload_json,
+                "idempotency_key": idempotency_key,
+            },
         )
         assert row is not None
         outcome: SignalOutcome = row[0]
@@ -443,8 +471,16 @@ class PostgresBackend(Backend):
 
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
         if params.status is not None and params.status not in RUN_STATUSES:
-            return Page(items=(), next_cursor=None)
+            return Page(items=[], next_cursor=None)
         limit = max(1, params.limit)
+        after_at: datetime | None = None
+        after_id: str | None = None
+        if params.cursor is not None:
+            created, after_id = decode_cursor(params.cursor)
+            try:
+                after_at = datetime.fromisoformat(created)
+            except ValueError:
+                raise ValidationError(f"invalid cursor {params.cursor[:80]!r}") from None
         rows = await self._all(
             QUERIES["list_runs"],
             {
@@ -453,14 +489,17 @@ class PostgresBackend(Backend):
                 "since": params.since,
                 "until": params.until,
                 "input_match": params.input_match_json,
-                "cursor": params.cursor,
+                "parent_id": params.parent_id,
+                "after_at": after_at,
+                "after_id": after_id,
                 "limit": limit,
             },
             prepare=False,  # custom plans: the NULL filters fold away, indexes apply
         )
-        items = tuple(run_from_row(row) for row in rows[:limit])
-        more = len(rows) > limit
-        return Page(items=items, next_cursor=items[-1].id if more and items else None)
+        items = [run_from_row(row) for row in rows[:limit]]
+        last = items[-1] if len(rows) > limit and items else None
+        cursor = None if last is None else encode_cursor(last.created_at.isoformat(), last.id)
+        return Page(items=items, next_cursor=cursor)
 
     async def get_steps(self, run_id: str) -> list[Step]:
         rows = await self._all(QUERIES["get_steps"], {"run_id": run_id})
@@ -733,3 +772,8 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     broken to decode becomes an `Undecodable` marker instead of failing the whole read
     (a claim of many runs, a page of a listing)."""
     set_json_loads(decode_stored, conn)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``"1.10.2"`` as ``(1, 10, 2)`` (a non-numeric part counts as 0)."""
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from typing import Any
 
-from ...errors import IdempotencyConflict, RunNotFound
+from ...errors import RunNotFound, ValidationError
 from ...ids import new_run_id
 from ...records import ACTIVE_STATUSES, CreateResult, NewRun, Published, SignalOutcome, Step
 from ._convert import dumps, micro, to_run, to_step, to_ts
@@ -17,6 +17,7 @@ from ._session import QUERIES, Session
 __all__ = [
     "add_event",
     "brief",
+    "cancel_descendants",
     "cancel_run",
     "create_run",
     "deliver_signal",
@@ -212,20 +213,38 @@ def create_run(s: Session, new: NewRun) -> CreateResult:
             existing = s.one(QUERIES["get_run"], {"id": new.id})
         if existing is None:  # pragma: no cover - a conflict always has a holder
             raise RunNotFound(new.id)
-        if existing["workflow"] != new.workflow or not json_equal(
-            existing["input"], new.input_json
-        ):
-            what = (
-                f"idempotency key {new.idempotency_key!r}"
-                if new.idempotency_key is not None
-                else f"id {new.id!r}"
+        if existing["workflow"] != new.workflow:
+            raise ValidationError(
+                f"run id {new.id!r} already names a run of workflow {existing['workflow']!r}"
             )
-            raise IdempotencyConflict(
-                f"a run of workflow {new.workflow!r} with {what} already exists "
-                f"({existing['id']}) with a different input",
-                existing["id"],
-            )
+        if not json_equal(existing["input"], new.input_json):
+            data = {"idempotency_key": new.idempotency_key, "input_differs": True}
+            add_event(s, existing["id"], "duplicate_start", _strip_nulls(data), now)
         return CreateResult(to_run(existing), False)
+
+
+def cancel_descendants(s: Session, run_id: str, now: float) -> list[str]:
+    """Cancel the live children of a run and, recursively, theirs (a child ends with its
+    parent): status ``cancelled``, waits and buffered signals deleted, a ``cancelled``
+    event naming the run, ``cancel`` and ``done`` notices. Returns their ids."""
+    ids = [row["id"] for row in s.all(QUERIES["live_descendants"], {"id": run_id})]
+    if ids:
+        _cancel(s, ids, now, {"by": run_id})
+    return ids
+
+
+def _cancel(s: Session, ids: list[str], now: float, data: dict[str, Any] | None) -> None:
+    ids_json = json.dumps(ids)
+    s.run(QUERIES["cancel_runs"], {"ids": ids_json, "now": now})
+    s.run(QUERIES["delete_waits_of_runs"], {"ids": ids_json})
+    s.run(QUERIES["delete_signals_of_runs"], {"ids": ids_json})
+    s.conn.executemany(
+        QUERIES["insert_event"],
+        [{"run_id": i, "type": "cancelled", "data": dumps(data), "now": now} for i in ids],
+    )
+    for cancelled in ids:
+        s.notify("cancel", cancelled)
+        s.notify("done", cancelled)
 
 
 def cancel_run(s: Session, run_id: str) -> bool:
@@ -235,26 +254,8 @@ def cancel_run(s: Session, run_id: str) -> bool:
             raise RunNotFound(run_id)
         if state["status"] not in ACTIVE_STATUSES:
             return False
-        ids = [row["id"] for row in s.all(QUERIES["live_tree"], {"id": run_id})]
-        ids_json = json.dumps(ids)
-        s.run(QUERIES["cancel_runs"], {"ids": ids_json, "now": now})
-        s.run(QUERIES["delete_waits_of_runs"], {"ids": ids_json})
-        s.run(QUERIES["delete_signals_of_runs"], {"ids": ids_json})
-        s.conn.executemany(
-            QUERIES["insert_event"],
-            [
-                {
-                    "run_id": cancelled,
-                    "type": "cancelled",
-                    "data": None if cancelled == run_id else dumps({"by": run_id}),
-                    "now": now,
-                }
-                for cancelled in ids
-            ],
-        )
-        for cancelled in ids:
-            s.notify("cancel", cancelled)
-            s.notify("done", cancelled)
+        _cancel(s, [run_id], now, None)
+        cancel_descendants(s, run_id, now)
         if state["parent_id"] is not None:
             error = {
                 "type": "WorkflowCancelled",
@@ -264,34 +265,55 @@ def cancel_run(s: Session, run_id: str) -> bool:
         return True
 
 
-def deliver_signal(s: Session, run_id: str, event: str, payload_json: str) -> SignalOutcome:
+def deliver_signal(
+    s: Session, run_id: str, event: str, payload_json: str, key: str | None
+) -> SignalOutcome:
     with s.write() as now:
         state = s.one(QUERIES["get_run_state"], {"id": run_id})
         if state is None:
             raise RunNotFound(run_id)
+        if key is not None:
+            seen = s.one(QUERIES["get_signal_key"], {"run_id": run_id, "key": key})
+            if seen is not None:
+                answer: SignalOutcome = seen["outcome"]
+                return answer
         if state["status"] not in ACTIVE_STATUSES:
             return "ended"
-        wait = s.one(
-            QUERIES["find_wait_for_signal"],
-            {"run_id": run_id, "event": event, "payload": payload_json},
-        )
-        if wait is not None:
-            resolve_wait(
-                s,
-                run_id,
-                wait["key"],
-                wait["created_at"],
-                event,
-                payload_json,
-                now,
-                status=state["status"],
+        outcome = _deliver(s, state, event, payload_json, now)
+        if key is not None:
+            s.run(
+                QUERIES["insert_signal_key"],
+                {"run_id": run_id, "key": key, "outcome": outcome, "now": now},
             )
-            return "resolved"
-        s.run(
-            QUERIES["insert_signal"],
-            {"run_id": run_id, "event": event, "payload": payload_json, "now": now},
+        return outcome
+
+
+def _deliver(
+    s: Session, state: sqlite3.Row, event: str, payload_json: str, now: float
+) -> SignalOutcome:
+    """Resolve the run's oldest matching wait with the signal, or buffer it."""
+    run_id = state["id"]
+    wait = s.one(
+        QUERIES["find_wait_for_signal"],
+        {"run_id": run_id, "event": event, "payload": payload_json},
+    )
+    if wait is not None:
+        resolve_wait(
+            s,
+            run_id,
+            wait["key"],
+            wait["created_at"],
+            event,
+            payload_json,
+            now,
+            status=state["status"],
         )
-        return "buffered"
+        return "resolved"
+    s.run(
+        QUERIES["insert_signal"],
+        {"run_id": run_id, "event": event, "payload": payload_json, "now": now},
+    )
+    return "buffered"
 
 
 def publish(s: Session, event: str, payload_json: str, key: str | None) -> Published:
@@ -345,3 +367,7 @@ def publish(s: Session, event: str, payload_json: str, key: str | None) -> Publi
                 {"key": key, "result": dumps({"started": started, "resumed": resumed}), "now": now},
             )
         return Published(tuple(started), tuple(resumed))
+
+
+def _strip_nulls(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if value is not None}

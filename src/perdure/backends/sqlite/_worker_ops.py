@@ -29,7 +29,7 @@ from ...records import (
 )
 from ...serialization import Undecodable
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
-from ._ops import add_event, brief, insert_run, write_child_result, write_step
+from ._ops import add_event, brief, cancel_descendants, insert_run, write_child_result, write_step
 from ._session import QUERIES, Session, is_busy
 
 __all__ = ["apply", "claim_runs", "extend_leases", "release_orphans", "validate_transitions"]
@@ -67,7 +67,13 @@ def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
             row["id"]: row
             for row in s.all(
                 QUERIES["claim_update"],
-                {"ids": ids_json, "worker": params.worker_id, "expires": expires, "now": now},
+                {
+                    "ids": ids_json,
+                    "pairs": pairs,
+                    "worker": params.worker_id,
+                    "expires": expires,
+                    "now": now,
+                },
             )
         }
         events: list[dict[str, Any]] = []
@@ -349,6 +355,8 @@ def _finish(
     s.run(QUERIES["delete_run_signals"], {"run_id": run_id})
     add_event(s, run_id, status, None if error is None else brief(error), now)
     s.notify("done", run_id)
+    if error is not None:
+        cancel_descendants(s, run_id, now)  # a failed run's live children end with it
     if fence["parent_id"] is not None:
         child = {
             "id": run_id,

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ...errors import BackendError, ConfigurationError, SchemaVersionError
+from ...errors import BackendError, ConfigurationError, SchemaVersionError, ValidationError
 from ...records import (
     RUN_STATUSES,
     Claim,
@@ -48,6 +48,7 @@ from ...records import (
     WorkflowRecord,
     WorkflowSummary,
 )
+from .._cursor import decode_cursor, encode_cursor
 from ..base import Backend, NoticeCallback, Unsubscribe
 from . import _ops, _worker_ops
 from ._convert import INFINITY, dumps, micro, to_dt, to_event, to_run, to_step, to_ts, to_worker
@@ -65,7 +66,7 @@ T = TypeVar("T")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BUSY_ATTEMPTS = 6
 _CACHED_STATEMENTS = 512
-_MAX_ID = "\U0010ffff"  # sorts after every run id: the first page's upper bound
+_FIRST_PAGE = (float("inf"), "")  # a position after every run: the first page's bound
 
 
 class SQLiteBackend(Backend):
@@ -257,8 +258,10 @@ class SQLiteBackend(Backend):
     async def cancel_run(self, run_id: str) -> bool:
         return await self._call(_ops.cancel_run, run_id)
 
-    async def deliver_signal(self, run_id: str, event: str, payload_json: str) -> SignalOutcome:
-        return await self._call(_ops.deliver_signal, run_id, event, payload_json)
+    async def deliver_signal(
+        self, run_id: str, event: str, payload_json: str, idempotency_key: str | None = None
+    ) -> SignalOutcome:
+        return await self._call(_ops.deliver_signal, run_id, event, payload_json, idempotency_key)
 
     async def publish(
         self, event: str, payload_json: str, idempotency_key: str | None = None
@@ -426,12 +429,21 @@ def _get_run(s: Session, run_id: str) -> Run | None:
 def _list_runs(s: Session, params: ListRunsParams) -> Page[Run]:
     limit = int(params.limit)
     if limit <= 0:
-        return Page((), None)
+        return Page([], None)
+    after_at, after_id = _FIRST_PAGE
+    if params.cursor is not None:
+        created, after_id = decode_cursor(params.cursor)
+        try:
+            after_at = float(created)
+        except ValueError:
+            raise ValidationError(f"invalid cursor {params.cursor[:80]!r}") from None
     args = {
-        "before": _MAX_ID if params.cursor is None else str(params.cursor),
+        "after_at": after_at,
+        "after_id": after_id,
         "status": params.status,
         "since": None if params.since is None else to_ts(params.since),
         "until": None if params.until is None else to_ts(params.until),
+        "parent_id": params.parent_id,
         "input_match": params.input_match_json,
         "limit": limit + 1,
     }
@@ -439,8 +451,11 @@ def _list_runs(s: Session, params: ListRunsParams) -> Page[Run]:
         rows = s.all(QUERIES["list_runs"], args)
     else:
         rows = s.all(QUERIES["list_runs_of_workflow"], {**args, "workflow": params.workflow})
-    items = tuple(to_run(row) for row in rows[:limit])
-    return Page(items, items[-1].id if len(rows) > limit else None)
+    items = [to_run(row) for row in rows[:limit]]
+    if len(rows) <= limit:
+        return Page(items, None)
+    last = rows[limit - 1]
+    return Page(items, encode_cursor(repr(float(last["created_at"])), last["id"]))
 
 
 def _get_steps(s: Session, run_id: str) -> list[Step]:

@@ -21,7 +21,7 @@ CREATE SCHEMA IF NOT EXISTS {ident}
 
 -- name: set_local_search_path
 -- Point unqualified names at the perdure schema for the rest of this transaction.
-SET LOCAL search_path TO {ident}
+SET LOCAL search_path TO {ident}, pg_temp
 
 -- name: create_schema_version
 -- The table that records applied migrations (also created by 0001).
@@ -37,6 +37,15 @@ SELECT coalesce(max(version), 0) FROM schema_version
 -- name: record_migration
 -- Record one applied migration.
 INSERT INTO schema_version (version) VALUES (%(version)s)
+
+-- name: functions_applied
+-- The digest and perdure version of the function texts last applied.
+SELECT digest, perdure_version FROM functions_applied
+
+-- name: record_functions
+-- Record the function texts just applied.
+WITH gone AS (DELETE FROM functions_applied)
+INSERT INTO functions_applied (digest, perdure_version) VALUES (%(digest)s, %(version)s)
 
 -- name: listen
 -- Subscribe this session to a notice channel.
@@ -98,16 +107,16 @@ FROM create_run(
 ) AS c
 
 -- name: cancel_run
--- Cancel a run and its live children through cancel_run().
-SELECT cancel_run(%(run_id)s)
+-- Cancel a run and its live descendants through cancel_tree().
+SELECT cancel_tree(%(run_id)s)
 
--- name: signal_run
--- Deliver a signal through signal_run(): resolved, buffered or ended.
-SELECT signal_run(%(run_id)s, %(event)s, %(payload)s::jsonb)
+-- name: deliver_signal
+-- Deliver a signal through deliver_signal(): resolved, buffered or ended.
+SELECT deliver_signal(%(run_id)s, %(event)s, %(payload)s::jsonb, %(idempotency_key)s::text)
 
 -- name: publish
--- Publish an event through publish(): {"started": [...], "resumed": [...]}.
-SELECT publish(%(event)s, %(payload)s::jsonb, %(idempotency_key)s::text)
+-- Publish an event through publish_event(): {"started": [...], "resumed": [...]}.
+SELECT publish_event(%(event)s, %(payload)s::jsonb, %(idempotency_key)s::text)
 
 -- name: subscribe_topic
 -- Add a durable topic subscription; returns a row only if it is new.
@@ -149,8 +158,10 @@ WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s::timestamptz)
   AND (%(input_match)s::jsonb IS NULL OR r.input @> %(input_match)s::jsonb)
-  AND (%(cursor)s::text IS NULL OR r.id < %(cursor)s::text)
-ORDER BY r.id DESC
+  AND (%(parent_id)s::text IS NULL OR r.parent_id = %(parent_id)s::text)
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (r.created_at, r.id) < (%(after_at)s::timestamptz, %(after_id)s::text))
+ORDER BY r.created_at DESC, r.id DESC
 LIMIT %(limit)s::integer + 1
 
 -- name: get_steps
@@ -204,15 +215,22 @@ ORDER BY last_seen_at DESC, id
 -- name: claim_runs
 -- Claim due runs of the given (workflow, version) pairs in one statement: lock them
 -- (SKIP LOCKED), start a new lease, log lease_expired/claimed events, and return each
--- with its journal and open waits.
-WITH due AS (
-    SELECT r.id, r.status, r.lease_owner
+-- with its journal and open waits. A run without a version (started by the name of
+-- a workflow no process had registered) is claimed by any worker serving the name,
+-- and takes that worker's highest version of it.
+WITH served AS (
+    SELECT p.workflow, p.version
+    FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
+),
+due AS (
+    SELECT r.id, r.status, r.lease_owner,
+           coalesce(r.version, (SELECT max(s.version) FROM served s
+                                WHERE s.workflow = r.workflow)) AS version
     FROM runs r
     WHERE r.status IN ('pending', 'waiting', 'running')
       AND r.available_at <= now()
-      AND (r.workflow, r.version) IN (
-          SELECT p.workflow, p.version
-          FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))
+      AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+           OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
     ORDER BY r.priority, r.available_at
     LIMIT %(limit)s::integer
     FOR UPDATE OF r SKIP LOCKED
@@ -220,6 +238,7 @@ WITH due AS (
 claimed AS (
     UPDATE runs AS r SET
         status = 'running',
+        version = due.version,
         -- Never a token handed out before, even by a claim a crash undid (claims
         -- commit without waiting for their WAL flush): see docs/storage.md.
         lease_token = greatest(r.lease_token + 1, (extract(epoch FROM now()) * 1000)::bigint),
@@ -377,7 +396,9 @@ SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
             THEN child_ended(
                 f.parent_id, f.parent_step, f.id, f.created_at,
                 CASE WHEN %(outcome)s::text = 'complete' THEN 'completed' ELSE 'failed' END,
-                %(output)s::json, %(error)s::jsonb) END
+                %(output)s::json, %(error)s::jsonb) END,
+       -- A failed run's live children end with it.
+       CASE WHEN %(outcome)s::text = 'fail' THEN cancel_descendants(f.id) END
 FROM fence f
 
 -- name: apply_transition_general
@@ -403,14 +424,18 @@ JOIN unnest(%(run_ids)s::text[], %(keys)s::text[]) AS k(run_id, key)
   ON s.run_id = k.run_id AND s.key = k.key
 
 -- name: next_wake_at
--- The earliest finite available_at of live runs of the given (workflow, version) pairs.
+-- The earliest finite available_at of live runs of the given (workflow, version) pairs
+-- (and of runs of their names without a version).
+WITH served AS (
+    SELECT p.workflow, p.version
+    FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
+)
 SELECT min(r.available_at)
 FROM runs r
 WHERE r.status IN ('pending', 'waiting', 'running')
   AND r.available_at < 'infinity'
-  AND (r.workflow, r.version) IN (
-      SELECT p.workflow, p.version
-      FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))
+  AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+       OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
 
 -- name: sweep
 -- Delete up to N ended runs past their retention (journal, events, waits, signals cascade).
@@ -436,6 +461,7 @@ WITH due AS (
     WHERE r.status IN ('pending', 'waiting', 'running')
       AND r.available_at <= now() - make_interval(secs => %(grace)s)
       AND r.workflow = ANY(%(names)s::text[])
+      AND r.version IS NOT NULL
       AND (r.workflow, r.version) NOT IN (
           SELECT p.workflow, p.version
           FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version))

@@ -82,11 +82,11 @@ SELECT id, status, parent_id, parent_step, created_at FROM runs WHERE id = :id
 -- Add one audit-trail entry.
 INSERT INTO events (run_id, type, data, created_at) VALUES (:run_id, :type, :data, :now)
 
--- name: live_tree
--- A live run and, recursively, its live children (ids).
+-- name: live_descendants
+-- The live children of a run and, recursively, theirs (ids).
 WITH RECURSIVE tree (id) AS (
     SELECT id FROM runs
-    WHERE id = :id AND status IN ('pending', 'waiting', 'running')
+    WHERE parent_id = :id AND status IN ('pending', 'waiting', 'running')
     UNION
     SELECT child.id
     FROM runs AS child
@@ -171,6 +171,14 @@ LIMIT 1
 INSERT INTO signals (run_id, event, payload, created_at)
 VALUES (:run_id, :event, :payload, :now)
 
+-- name: get_signal_key
+-- What a signal with this idempotency key answered when the run first got it.
+SELECT outcome FROM signal_keys WHERE run_id = :run_id AND key = :key
+
+-- name: insert_signal_key
+-- Remember a signal's idempotency key and its answer.
+INSERT INTO signal_keys (run_id, key, outcome, created_at) VALUES (:run_id, :key, :outcome, :now)
+
 -- name: get_published
 -- The recorded result of an earlier publish with this idempotency key.
 SELECT result FROM published WHERE key = :key
@@ -211,23 +219,24 @@ DELETE FROM subscriptions WHERE pattern = :pattern AND workflow = :workflow
 SELECT pattern, workflow FROM subscriptions ORDER BY pattern, workflow
 
 -- name: list_runs
--- Runs matching optional filters, newest first (id order), with ids below :before.
+-- Runs matching optional filters after the cursor (:after_at, :after_id), newest first.
 SELECT
     id, workflow, version, status, input, output, error, attempt, priority,
     idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
     retention_days, lease_token, claims_since_progress, step_attempts,
     created_at, started_at, updated_at, completed_at
-FROM runs
-WHERE id < :before
+FROM runs INDEXED BY runs_created_idx
+WHERE (created_at, id) < (:after_at, :after_id)
     AND (:status IS NULL OR status = :status)
     AND (:since IS NULL OR created_at >= :since)
     AND (:until IS NULL OR created_at < :until)
+    AND (:parent_id IS NULL OR parent_id = :parent_id)
     AND (:input_match IS NULL OR json_contains(input, :input_match))
-ORDER BY id DESC
+ORDER BY created_at DESC, id DESC
 LIMIT :limit
 
 -- name: list_runs_of_workflow
--- Runs of one workflow matching optional filters, newest first, with ids below :before.
+-- Runs of one workflow matching optional filters, as list_runs.
 SELECT
     id, workflow, version, status, input, output, error, attempt, priority,
     idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
@@ -235,12 +244,13 @@ SELECT
     created_at, started_at, updated_at, completed_at
 FROM runs INDEXED BY runs_workflow_idx
 WHERE workflow = :workflow
-    AND id < :before
+    AND (created_at, id) < (:after_at, :after_id)
     AND (:status IS NULL OR status = :status)
     AND (:since IS NULL OR created_at >= :since)
     AND (:until IS NULL OR created_at < :until)
+    AND (:parent_id IS NULL OR parent_id = :parent_id)
     AND (:input_match IS NULL OR json_contains(input, :input_match))
-ORDER BY id DESC
+ORDER BY created_at DESC, id DESC
 LIMIT :limit
 
 -- name: get_steps
@@ -300,22 +310,26 @@ WHERE last_seen_at >= :since
 ORDER BY last_seen_at DESC, id
 
 -- name: claim_select
--- Due runs of the (workflow, version) pairs of a JSON list, in claim order.
+-- Due runs of the JSON list's (workflow, version) pairs or of their names without a version.
 SELECT id, status, lease_owner
 FROM runs INDEXED BY runs_claim_idx
 WHERE status IN ('pending', 'waiting', 'running')
     AND available_at <= :now
-    AND (workflow, version) IN (
-        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
-        FROM json_each(:pairs)
-    )
+    AND ((workflow, version) IN (
+            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+            FROM json_each(:pairs))
+        OR (version IS NULL AND workflow IN (
+            SELECT json_extract(value, '$[0]') FROM json_each(:pairs))))
 ORDER BY priority, available_at, id
 LIMIT :limit
 
 -- name: claim_update
--- Lease the runs of a JSON id list to a worker; returns the claimed rows.
+-- Lease the runs of a JSON id list to a worker (fixing a missing version); returns them.
 UPDATE runs SET
     status = 'running',
+    version = COALESCE(version, (
+        SELECT max(json_extract(value, '$[1]')) FROM json_each(:pairs)
+        WHERE json_extract(value, '$[0]') = runs.workflow)),
     -- A new token never handed out before (see docs/storage.md).
     lease_token = max(lease_token + 1, CAST(:now * 1000 AS INTEGER)),
     lease_owner = :worker,
@@ -456,14 +470,15 @@ UPDATE runs SET
 WHERE id = :id
 
 -- name: next_wake_at
--- The earliest due time of any live run of the (workflow, version) pairs of a JSON list.
+-- The earliest due time of any live run of the JSON list's pairs (or names, no version).
 SELECT MIN(available_at) AS at
 FROM runs INDEXED BY runs_claim_idx
 WHERE status IN ('pending', 'waiting', 'running')
-    AND (workflow, version) IN (
-        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
-        FROM json_each(:pairs)
-    )
+    AND ((workflow, version) IN (
+            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+            FROM json_each(:pairs))
+        OR (version IS NULL AND workflow IN (
+            SELECT json_extract(value, '$[0]') FROM json_each(:pairs))))
 
 -- name: sweep_runs
 -- Delete up to :limit ended runs past their retention (children rows cascade).
@@ -492,6 +507,7 @@ FROM runs INDEXED BY runs_claim_idx
 WHERE status IN ('pending', 'waiting', 'running')
     AND available_at <= :cutoff
     AND workflow IN (SELECT value FROM json_each(:names))
+    AND version IS NOT NULL
     AND (workflow, version) NOT IN (
         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
         FROM json_each(:pairs)

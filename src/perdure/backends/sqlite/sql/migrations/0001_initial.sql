@@ -60,7 +60,9 @@ CREATE TABLE IF NOT EXISTS schema_version (
 CREATE TABLE runs (
     id                     TEXT PRIMARY KEY,
     workflow               TEXT NOT NULL,
-    version                INTEGER NOT NULL,
+    -- NULL until a worker serving the workflow claims the run (started by name before
+    -- any process registered it): the claim fixes it.
+    version                INTEGER,
     status                 TEXT NOT NULL
         CHECK (status IN ('pending', 'running', 'waiting', 'completed', 'failed', 'cancelled')),
     input                  TEXT NOT NULL,
@@ -90,8 +92,9 @@ CREATE TABLE runs (
 -- The one claim path: live runs by priority, then due time.
 CREATE INDEX runs_claim_idx ON runs (priority, available_at, id)
     WHERE status IN ('pending', 'waiting', 'running');
--- Listing one workflow's runs, newest first.
-CREATE INDEX runs_workflow_idx ON runs (workflow, id);
+-- Listings, newest first by created_at, the id breaking ties.
+CREATE INDEX runs_created_idx ON runs (created_at, id);
+CREATE INDEX runs_workflow_idx ON runs (workflow, created_at, id);
 -- Retention sweeps of ended runs.
 CREATE INDEX runs_retention_idx ON runs (completed_at)
     WHERE status IN ('completed', 'failed', 'cancelled');
@@ -149,6 +152,15 @@ CREATE TABLE signals (
     created_at  REAL NOT NULL
 );
 CREATE INDEX signals_run_idx ON signals (run_id, event, id);
+
+-- Signals delivered with an idempotency key, and what they answered.
+CREATE TABLE signal_keys (
+    run_id      TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key         TEXT NOT NULL,
+    outcome     TEXT NOT NULL CHECK (outcome IN ('resolved', 'buffered')),
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
 
 -- Topic subscriptions: publish(event) starts a run of every workflow whose pattern
 -- GLOB-matches the event name.

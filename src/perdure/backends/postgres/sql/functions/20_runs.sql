@@ -1,0 +1,122 @@
+-- Creating runs (internal; the SQL producer start_run is in 90_producers.sql).
+
+-- Insert a run (status pending) with its 'created' event and a wake notice, or find
+-- the run that already holds its id or (workflow, idempotency key). No validation:
+-- create_run() validates; apply_transition() and publish_event() pass trusted values.
+-- p_version NULL: no process has registered the workflow yet; a claim fixes it.
+CREATE OR REPLACE FUNCTION insert_run(
+    p_id text, p_workflow text, p_version integer, p_input jsonb, p_priority integer,
+    p_idempotency_key text, p_available_at timestamptz, p_deadline_at timestamptz,
+    p_retention_days integer, p_parent_id text, p_parent_step text,
+    OUT created boolean, OUT run runs
+)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
+                      parent_id, parent_step, available_at, deadline_at, retention_days)
+    VALUES (p_id, p_workflow, p_version, 'pending', p_input, p_priority, p_idempotency_key,
+            p_parent_id, p_parent_step, p_available_at, p_deadline_at, p_retention_days)
+    ON CONFLICT DO NOTHING
+    RETURNING * INTO run;
+    IF FOUND THEN
+        created := true;
+        INSERT INTO events (run_id, type, data)
+        VALUES (p_id, 'created', jsonb_strip_nulls(jsonb_build_object(
+            'workflow', p_workflow, 'version', p_version, 'parent_id', p_parent_id)));
+        -- Also for a delayed run: workers re-read their next wake-up time.
+        PERFORM send_notice('w', p_id);
+        RETURN;
+    END IF;
+    created := false;
+    -- A conflicting insert committed first: read the winner (a new snapshot sees it).
+    SELECT * INTO run FROM runs WHERE id = p_id;
+    IF NOT FOUND AND p_idempotency_key IS NOT NULL THEN
+        SELECT * INTO run FROM runs
+        WHERE workflow = p_workflow AND idempotency_key = p_idempotency_key;
+    END IF;
+    IF NOT FOUND THEN
+        -- The winner is gone again (swept in between): let the caller retry.
+        RAISE EXCEPTION 'run % vanished while it was being created', p_id
+            USING ERRCODE = '40001';
+    END IF;
+END
+$$;
+
+-- Start a run: validate the arguments and insert the run idempotently (see
+-- insert_run). A start that finds the run its id or idempotency key names returns it
+-- (created false); if its input differs, a 'duplicate_start' event records that. An
+-- id that names a run of another workflow is PD001.
+-- Times: p_run_at, else now() + p_delay seconds; p_deadline_at, else now() +
+-- p_deadline_in seconds (NULL: no deadline).
+CREATE OR REPLACE FUNCTION create_run(
+    p_id text, p_workflow text, p_version integer, p_input jsonb,
+    p_priority integer DEFAULT 100, p_idempotency_key text DEFAULT NULL,
+    p_delay double precision DEFAULT 0, p_run_at timestamptz DEFAULT NULL,
+    p_deadline_in double precision DEFAULT NULL, p_deadline_at timestamptz DEFAULT NULL,
+    p_retention_days integer DEFAULT 30, p_parent_id text DEFAULT NULL,
+    p_parent_step text DEFAULT NULL,
+    OUT created boolean, OUT run runs
+)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_result record;
+BEGIN
+    IF p_id IS NULL THEN
+        RAISE EXCEPTION 'the run id must not be NULL' USING ERRCODE = 'PD001';
+    END IF;
+    PERFORM check_key('the run id', p_id);
+    PERFORM check_key('the idempotency key', p_idempotency_key);
+    IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION 'invalid workflow name %: use 1-128 letters, digits, ''_'', ''.'' or ''-'', starting with a letter or digit',
+            quote_nullable(left(p_workflow, 200)) USING ERRCODE = 'PD001';
+    END IF;
+    IF p_version < 1 THEN
+        RAISE EXCEPTION 'invalid workflow version %: expected an integer >= 1',
+            p_version USING ERRCODE = 'PD001';
+    END IF;
+    IF p_input IS NULL THEN
+        RAISE EXCEPTION 'the input must be a JSON value (use ''null''::jsonb for none), not SQL NULL'
+            USING ERRCODE = 'PD001';
+    END IF;
+    IF p_priority IS NULL THEN
+        RAISE EXCEPTION 'priority must be an integer, not NULL' USING ERRCODE = 'PD001';
+    END IF;
+    IF p_retention_days IS NULL OR p_retention_days < 0 THEN
+        RAISE EXCEPTION 'invalid retention_days %: expected an integer >= 0',
+            quote_nullable(p_retention_days) USING ERRCODE = 'PD001';
+    END IF;
+    IF p_delay IS NOT NULL AND NOT (p_delay >= 0 AND p_delay < 'Infinity') THEN
+        RAISE EXCEPTION 'invalid delay %: expected a finite number of seconds >= 0', p_delay
+            USING ERRCODE = 'PD001';
+    END IF;
+    IF p_deadline_in IS NOT NULL AND NOT (p_deadline_in >= 0 AND p_deadline_in < 'Infinity') THEN
+        RAISE EXCEPTION 'invalid deadline %: expected a finite number of seconds >= 0',
+            p_deadline_in USING ERRCODE = 'PD001';
+    END IF;
+    PERFORM check_time('run_at', p_run_at);
+    PERFORM check_time('deadline_at', p_deadline_at);
+    IF (p_parent_id IS NULL) <> (p_parent_step IS NULL) THEN
+        RAISE EXCEPTION 'parent_id and parent_step go together' USING ERRCODE = 'PD001';
+    END IF;
+
+    SELECT * INTO v_result FROM insert_run(
+        p_id, p_workflow, p_version, p_input, p_priority, p_idempotency_key,
+        coalesce(p_run_at, now() + make_interval(secs => coalesce(p_delay, 0))),
+        coalesce(p_deadline_at, now() + make_interval(secs => p_deadline_in)),
+        p_retention_days, p_parent_id, p_parent_step);
+    created := v_result.created;
+    run := v_result.run;
+    IF created THEN
+        RETURN;
+    END IF;
+    IF run.workflow <> p_workflow THEN
+        RAISE EXCEPTION 'run id % already names a run of workflow %', quote_literal(p_id),
+            quote_literal(run.workflow) USING ERRCODE = 'PD001';
+    END IF;
+    IF run.input <> p_input THEN
+        INSERT INTO events (run_id, type, data)
+        VALUES (run.id, 'duplicate_start', jsonb_strip_nulls(jsonb_build_object(
+            'idempotency_key', p_idempotency_key, 'input_differs', true)));
+    END IF;
+END
+$$;

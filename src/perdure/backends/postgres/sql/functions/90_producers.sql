@@ -1,0 +1,76 @@
+-- The SQL producers: the public functions other services call (any language, psql,
+-- triggers). Their parameter names are the user-facing names, so named notation
+-- works (`perdure.start_run('wf', '{}', idempotency_key => 'k')`). Each applies every
+-- limit the Python API does, then calls the internal function. They run with the
+-- owner's rights (SECURITY DEFINER) and a pinned search_path: a role granted only
+-- perdure_producer can start, signal, cancel and publish, and touch nothing else.
+-- A producer's insert commits with the caller's own transaction.
+
+-- Start a run of a workflow by name; returns the run id. A workflow some process has
+-- registered gets its highest version and that version's defaults (priority,
+-- retention, deadline); a name no process has registered yet is accepted too: the
+-- run stays pending until a worker that serves it claims it (and fixes its version).
+-- The same idempotency key (per workflow) or run id returns the existing run.
+-- Example: SELECT perdure.start_run('onboard-user', '{"email": "a@b.c"}');
+CREATE OR REPLACE FUNCTION start_run(
+    workflow text, input jsonb DEFAULT 'null', idempotency_key text DEFAULT NULL,
+    priority integer DEFAULT NULL, run_at timestamptz DEFAULT NULL, run_id text DEFAULT NULL
+) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_definition workflows;
+    v_result record;
+BEGIN
+    PERFORM check_value('the input', start_run.input);
+    PERFORM check_time('run_at', start_run.run_at);
+    SELECT * INTO v_definition FROM workflows w WHERE w.name = start_run.workflow
+    ORDER BY w.version DESC LIMIT 1;
+    SELECT * INTO v_result FROM create_run(
+        coalesce(start_run.run_id, new_run_id()), start_run.workflow, v_definition.version,
+        start_run.input,
+        coalesce(start_run.priority, (v_definition.options->>'priority')::integer, 100),
+        start_run.idempotency_key, 0, start_run.run_at,
+        (v_definition.options->>'deadline_seconds')::double precision, NULL,
+        coalesce((v_definition.options->>'retention_days')::integer, 30));
+    RETURN (v_result.run).id;
+END
+$$;
+
+-- Send a signal to a run: true if it was delivered or buffered for the run, false if
+-- the run has ended. The same idempotency key twice delivers once (and answers true
+-- again). Raises PD002 if there is no such run.
+CREATE OR REPLACE FUNCTION signal_run(
+    run_id text, event text, payload jsonb DEFAULT 'null', idempotency_key text DEFAULT NULL
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM check_value('the payload', signal_run.payload);
+    PERFORM check_key('the idempotency key', signal_run.idempotency_key);
+    RETURN deliver_signal(signal_run.run_id, signal_run.event, signal_run.payload,
+                          signal_run.idempotency_key) <> 'ended';
+END
+$$;
+
+-- Cancel a live run and its live children: true if it cancelled it, false if the
+-- run had ended. Raises PD002 if there is no such run.
+CREATE OR REPLACE FUNCTION cancel_run(run_id text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    RETURN cancel_tree(cancel_run.run_id);
+END
+$$;
+
+-- Publish an event: resume every run waiting for it (whose match the payload
+-- contains) and start every workflow subscribed to a matching pattern. Returns
+-- {"started": [run ids], "resumed": [run ids]}; with an idempotency key used
+-- before, the first call's answer, and nothing is done again.
+CREATE OR REPLACE FUNCTION publish(
+    event text, payload jsonb DEFAULT 'null', idempotency_key text DEFAULT NULL
+) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM check_value('the payload', publish.payload);
+    PERFORM check_key('the idempotency key', publish.idempotency_key);
+    RETURN publish_event(publish.event, publish.payload, publish.idempotency_key);
+END
+$$;
