@@ -15,6 +15,7 @@ Duration = str | int | float | timedelta
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
+_SECONDS = re.compile(r"\d{1,12}(?:\.\d{1,9})?")  # "5", "2.5": seconds (a CLI's --delay 5)
 MAX_SECONDS = 100 * 365 * 86400.0
 
 
@@ -22,9 +23,9 @@ def parse_duration(value: Duration, *, what: str = "duration") -> timedelta:
     """Turn a duration into a ``timedelta``.
 
     Accepts ``"500ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"7d"``, ``"1w"``, combinations
-    such as ``"1h30m"``, a number of seconds, or a ``timedelta``. Negative, NaN and
-    absurdly long durations (over 100 years) are rejected with a ``ValueError`` that
-    names ``what``.
+    such as ``"1h30m"``, a number of seconds (also as text: ``"5"``), or a
+    ``timedelta``. Negative, NaN and absurdly long durations (over 100 years) are
+    rejected with a ``ValueError`` that names ``what``.
     """
     return timedelta(seconds=to_seconds(value, what=what))
 
@@ -39,6 +40,8 @@ def to_seconds(value: Duration, *, what: str = "duration") -> float:
         seconds = float(value)
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
+        if _SECONDS.fullmatch(text):
+            text += "s"
         if not text or not _WHOLE.fullmatch(text):
             raise ValidationError(
                 f"{what} {value!r} is not a duration; use e.g. '500ms', '30s', '5m', "

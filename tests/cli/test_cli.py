@@ -166,6 +166,22 @@ def test_operations_commands(database, env, tmp_path) -> None:  # type: ignore[n
         assert app.get_run(unknown.stdout.strip()).status == "pending"
         missing = cli("runs", "show", "01ARZ3NDEKTSV4RRFFQ69G5FAV", check=False)
         assert missing.returncode == 1 and "no run" in missing.stderr
+        # Bad input gets one clear line, no traceback, and stores nothing.
+        refused = [
+            ("start", "greet", "--input", "9" * 5000),
+            ("start", "greet", "--input", "[" * 100_000),
+            ("start", "greet", "--input", "[" * 65 + "]" * 65),
+            ("start", "greet", "--wait", "--timeout", "-1"),
+            ("start", "greet", "--idempotency-key", ""),
+            ("start", "greet", "--delay", "soon"),
+            ("signal", run_id, "bad event!"),
+            ("publish", "bad event!"),
+        ]
+        for args in refused:
+            result = cli(*args, check=False)
+            assert result.returncode in (1, 2), (args, result.stderr)
+            assert "Traceback" not in result.stderr, (args, result.stderr)
+            assert len(result.stderr.strip().splitlines()) <= 6, (args, result.stderr)
         assert len(app.list_runs().items) == 2  # greet and the accepted start of nope
     finally:
         app.close()

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from perdure import App, Context, SerializationError, ValidationError, WorkflowFailed
+from perdure import (
+    App,
+    Context,
+    RunNotFound,
+    SerializationError,
+    ValidationError,
+    WorkflowFailed,
+)
 
 from .helpers import raw_sql, wait_for
 
@@ -89,3 +98,68 @@ def test_a_run_whose_stored_data_cannot_be_decoded_fails_as_poison_and_the_worke
     listed = {run.id: run for run in app.list_runs().items}
     assert str(listed[in_input.id].input).startswith("<undecodable")
     assert app.get_run(in_input.id).status == "failed"
+
+
+@pytest.mark.parametrize("bad", ["\udc80", "a\x00b", "", "x" * 256, 42, None])
+def test_a_run_id_that_names_no_run_is_run_not_found_at_every_lookup(
+    app: App, bad: object
+) -> None:
+    lookups = [
+        app.get_run,
+        app.get_steps,
+        app.get_events,
+        app.cancel,
+        lambda run_id: app.signal(run_id, "go"),
+        lambda run_id: app.result(run_id, timeout=1),
+    ]
+    for lookup in lookups:
+        with pytest.raises(RunNotFound):
+            lookup(bad)
+
+
+@pytest.mark.parametrize("bad", ["\udc80", "a\x00b", "", "k" * 256])
+def test_bad_keys_and_ids_are_refused_before_anything_is_stored(app: App, bad: str) -> None:
+    @app.workflow
+    async def waits(ctx: Context, _: object) -> object:
+        return await ctx.step.wait_for_event("go")
+
+    with pytest.raises(ValidationError, match="idempotency_key"):
+        app.start(waits, 1, idempotency_key=bad)
+    with pytest.raises(ValidationError, match="run_id"):
+        app.start(waits, 1, run_id=bad)
+    with pytest.raises(ValidationError, match="idempotency_key"):
+        app.publish("go", 1, idempotency_key=bad)
+    assert list(app.list_runs().items) == []
+    handle = app.start(waits, None)
+    with pytest.raises(ValidationError, match="idempotency_key"):
+        app.signal(handle.id, "go", 1, idempotency_key=bad)
+    with pytest.raises(ValidationError, match="cursor"):
+        app.list_runs(cursor=bad or "?")
+    with pytest.raises(ValidationError, match="parent_id"):
+        app.list_runs(parent_id=bad)
+    assert [e.type for e in app.get_events(handle.id)] == ["created"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"run_at": datetime(2200, 1, 1, tzinfo=UTC)},
+        {"run_at": datetime(1900, 1, 1, tzinfo=UTC)},
+        {"deadline": datetime(9999, 1, 1, tzinfo=UTC)},
+        {"delay": float("inf")},
+        {"delay": float("nan")},
+        {"priority": 2**40},
+        {"retention_days": -1},
+        {"version": 0},
+    ],
+)
+def test_times_and_numbers_out_of_range_are_refused_at_start(
+    app: App, options: dict[str, object]
+) -> None:
+    @app.workflow
+    async def noop(ctx: Context, _: object) -> None:
+        return None
+
+    with pytest.raises(ValidationError):
+        app.start(noop, 1, **options)  # type: ignore[arg-type]
+    assert list(app.list_runs().items) == []

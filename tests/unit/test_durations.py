@@ -21,6 +21,8 @@ from perdure.durations import format_duration, to_seconds
         (" 2m 5s ", 125),
         (12, 12),
         (0.25, 0.25),
+        ("5", 5),  # a number of seconds as text, as a CLI option gives it
+        ("2.5", 2.5),
         (timedelta(minutes=3), 180),
     ],
 )
@@ -30,7 +32,7 @@ def test_parses(text: object, seconds: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "5", "5 minutes", "m5", "-5s", -1, float("nan"), "1y", None, True, [1]]
+    "bad", ["", "5 minutes", "1e9", "m5", "-5s", -1, float("nan"), "1y", None, True, [1]]
 )
 def test_rejects_with_a_clear_message(bad: object) -> None:
     with pytest.raises(ValueError, match=r"duration|negative|finite|must be"):

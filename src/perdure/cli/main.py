@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..app import App
+from ..durations import to_seconds
 from ..errors import PerdureError
 from ..records import Run
 
@@ -37,7 +38,9 @@ def _json_arg(value: str | None, what: str) -> Any:
         return None
     try:
         return json.loads(value)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        raise click.BadParameter(f"{what} is nested too deeply to read") from None
+    except ValueError as exc:  # not JSON, or an integer past Python's digit limit
         raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
 
 
@@ -161,6 +164,8 @@ def start(
 ) -> None:
     """Start a run of WORKFLOW (known to the database) and print its id."""
     app = _client(ctx)
+    if wait and timeout is not None:
+        to_seconds(timeout, what="--timeout")  # refused before anything is stored
     handle = app.start(
         workflow,
         _json_arg(input_, "--input"),
