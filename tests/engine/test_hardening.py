@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -101,10 +103,8 @@ def test_a_run_whose_stored_data_cannot_be_decoded_fails_as_poison_and_the_worke
 
 
 @pytest.mark.parametrize("bad", ["\udc80", "a\x00b", "", "x" * 256, 42, None])
-def test_a_run_id_that_names_no_run_is_run_not_found_at_every_lookup(
-    app: App, bad: object
-) -> None:
-    lookups = [
+def test_a_run_id_that_names_no_run_is_run_not_found_at_every_lookup(app: App, bad: object) -> None:
+    lookups: list[Callable[[Any], object]] = [
         app.get_run,
         app.get_steps,
         app.get_events,
