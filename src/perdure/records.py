@@ -307,10 +307,15 @@ class Fail:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Outcome: the workflow body failed and runs again at ``wake_at`` (attempt + 1)."""
+    """Outcome: the workflow body failed and runs again at ``wake_at`` (attempt + 1).
+
+    ``reopen``: journal keys whose ``failed`` rows become ``retrying`` with 0 attempts,
+    so the next attempt runs those steps again with a fresh step budget (their
+    failures stay in the audit trail as ``step_failed`` events)."""
 
     wake_at: datetime
     error: dict[str, Any]
+    reopen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,6 +326,9 @@ class Runner:
 
     async def _park(self) -> PassResult:
         requests = self._parks
+        # A step attempt that failed and will be retried is counted here (the cap
+        # counts retries: a step with unlimited retries still meets it).
+        retried = sum(1 for r in requests for s in r.steps if s.status == "retrying")
         times = [r.wake_at for r in requests if r.wake_at is not None]
         wake_at = min(times) if times else None
         reason = min(
@@ -339,6 +342,7 @@ class Runner:
             waits=tuple(w for r in requests for w in r.waits),
             children=tuple(c for r in requests for c in r.children),
             events=tuple(e for r in requests for e in r.events),
+            step_attempts=retried,
             outcome=Park(reason=reason, wake_at=wake_at),
         )
         result = await self._finish(transition, "parked")
@@ -350,11 +354,15 @@ class Runner:
     async def _body_failed(self, exc: BaseException) -> PassResult:
         policy = self.definition.retry
         attempt = self.run.attempt
-        if not isinstance(exc, NonRetriableError) and not policy.exhausted(attempt):
+        if not _non_retriable(exc) and not policy.exhausted(attempt):
             delay = exc.delay if isinstance(exc, RetryAfter) else policy.delay(attempt)
             error = error_from_exception(exc, attempt=attempt)
             wake_at = self.now() + timedelta(seconds=delay)
-            result = await self._finish(Retry(wake_at=wake_at, error=error), "retrying")
+            # The step whose failure ended this attempt runs again in the next one.
+            failed = self.journal.get(exc.step) if isinstance(exc, StepFailed) else None
+            reopen = (failed.name,) if failed is not None and failed.kind == "run" else ()
+            retry = Retry(wake_at=wake_at, error=error, reopen=reopen)
+            result = await self._finish(retry, "retrying")
             if result.outcome == "retrying":
                 self.services.on_park(wake_at)
             return result
@@ -806,6 +814,14 @@ def _first_real(exc: BaseException) -> BaseException:
 
 def _brief(error: dict[str, Any]) -> dict[str, Any]:
     return {"type": error.get("type"), "message": error.get("message")}
+
+
+def _non_retriable(exc: BaseException) -> bool:
+    """NonRetriableError, raised by the body or by a step (seen as StepFailed), ends the
+    run with no workflow retry."""
+    if isinstance(exc, NonRetriableError):
+        return True
+    return isinstance(exc, StepFailed) and exc.error.get("type") == NonRetriableError.__name__
 
 
 def _engine_error(error: Exception) -> dict[str, Any]:

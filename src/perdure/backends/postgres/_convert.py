@@ -207,8 +207,11 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         "wake_at": wake_at,
         "output": output,
         "error": dumps(error),
+        "reopen": list(outcome.reopen) if isinstance(outcome, Retry) else [],
     }
     general = bool(t.waits or t.children)
+    if general and isinstance(outcome, Retry):  # pragma: no cover - the runner never does
+        raise ValidationError("a Retry transition carries no waits or children")
     if general:
         params.update(
             wait_keys=[w.key for w in t.waits],

@@ -262,6 +262,8 @@ def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
                 "now": now,
             },
         )
+        if outcome.reopen:
+            s.run(QUERIES["reopen_steps"], {"run_id": t.run_id, "keys": json.dumps(outcome.reopen)})
         if wake_at <= now:
             s.notify("wake", t.run_id)
     elif isinstance(outcome, Release):

@@ -379,6 +379,12 @@ unbuffered AS (
     USING fence f
     WHERE g.run_id = f.id AND %(outcome)s::text IN ('complete', 'fail')
 ),
+reopened AS (
+    -- A workflow retry: the failed steps that ended the attempt run again, fresh budget.
+    UPDATE steps s SET status = 'retrying', attempts = 0
+    FROM fence f
+    WHERE s.run_id = f.id AND s.key = ANY (%(reopen)s::text[]) AND s.status = 'failed'
+),
 logged AS (
     INSERT INTO events (run_id, type, data)
     SELECT f.id, e.type, e.data::jsonb

@@ -458,6 +458,11 @@ UPDATE runs SET
     updated_at = :now
 WHERE id = :id
 
+-- name: reopen_steps
+-- A workflow retry: the failed steps of a JSON key list run again with a fresh budget.
+UPDATE steps SET status = 'retrying', attempts = 0
+WHERE run_id = :run_id AND status = 'failed' AND key IN (SELECT value FROM json_each(:keys))
+
 -- name: release_run
 -- Give a held run back, claimable now.
 UPDATE runs SET
