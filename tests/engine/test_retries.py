@@ -42,7 +42,11 @@ def test_a_workflow_retry_reruns_the_failed_step_with_a_fresh_budget(app: App) -
 
     @app.workflow(retry=RetryPolicy(max_attempts=2, initial="10ms", jitter=0))
     async def flaky(ctx: Context, _: object) -> str:
-        first = await ctx.step.run("first", lambda: calls.append("first") or "one")
+        def one() -> str:
+            calls.append("first")
+            return "one"
+
+        first = await ctx.step.run("first", one)
 
         def second() -> str:
             calls.append("second")
@@ -86,8 +90,7 @@ def test_a_step_raising_non_retriable_error_gets_no_workflow_retry_either(app: A
 
         await ctx.step.run("charge", call)
 
-    with app.worker():
-        with pytest.raises(WorkflowFailed) as info:
-            app.run(refuses, timeout=60)
+    with app.worker(), pytest.raises(WorkflowFailed) as info:
+        app.run(refuses, timeout=60)
     assert info.value.error["type"] == "StepFailed"
     assert calls == [1]
