@@ -10,7 +10,7 @@ EXPECTED = {
     "PerdureError", "PoisonRun", "StepLimitExceeded", "StepTimeout", "TimeoutError",
     "ValidationError", "WorkerInfo", "Worker", "WorkflowCancelled", "WorkflowFailed",
     "WorkflowSummary",
-    "__version__", "parse_duration",
+    "StepInfo", "__version__", "current_step", "parse_duration",
 }  # fmt: skip
 
 

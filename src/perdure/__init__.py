@@ -29,6 +29,7 @@ from .errors import (
 from .handle import RunHandle
 from .records import Event, Page, Published, Run, Step, WorkerInfo, WorkflowSummary
 from .retry import NonRetriableError, RetryAfter, RetryPolicy
+from .step_info import StepInfo, current_step
 from .worker import Worker
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "Step",
     "StepApi",
     "StepFailed",
+    "StepInfo",
     "StepLimitExceeded",
     "StepTimeout",
     "TimeoutError",
@@ -68,5 +70,6 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowSummary",
     "__version__",
+    "current_step",
     "parse_duration",
 ]

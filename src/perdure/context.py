@@ -8,20 +8,25 @@ random numbers read outside a step).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .durations import MAX_SECONDS, Duration, to_seconds
 from .errors import ValidationError
 from .names import validate_event_name, validate_step_name, validate_workflow_name
 from .retry import RetryPolicy
 from .serialization import encode
+from .typed import rebuild, return_type
 
 if TYPE_CHECKING:
     from .engine.runner import Runner
 
-__all__ = ["Context", "StepApi"]
+__all__ = ["Context", "RunLog", "StepApi"]
+
+T = TypeVar("T")
 
 
 class StepApi:
@@ -37,22 +42,54 @@ class StepApi:
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
 
+    @overload
     async def run(
         self,
         name: str,
-        fn: Callable[[], Any],
-        *,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         rollback: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    @overload
+    async def run(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        rollback: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    async def run(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        rollback: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Run ``fn`` once and journal its result; on replay return the journaled result.
+        """Run ``fn(*args, **kwargs)`` once and journal its result; on replay return
+        the journaled result.
 
         Args:
             name: the step's name.
-            fn: a function of no arguments. A plain function runs in the worker's thread
-                pool (never on the event loop); an ``async def`` function, or one that
-                returns an awaitable, is awaited.
+            fn: the function. A plain function runs in the worker's thread pool (never
+                on the event loop); an ``async def`` function, or one that returns an
+                awaitable, is awaited. Inside it, `perdure.current_step()` gives the
+                step's key, attempt and idempotency key.
+            *args, **kwargs: passed to ``fn`` (on the first run only: a replay returns
+                the journaled value without calling it).
             retry: the step's `RetryPolicy`. Default: 3 attempts, exponential backoff
                 1s→60s with 20% jitter. Between attempts the run parks and frees its
                 worker slot.
@@ -61,7 +98,8 @@ class StepApi:
                 later fails for good (compensation). Each rollback runs durably.
 
         Returns:
-            The JSON-decoded value: the same on the first run and on every replay.
+            The JSON-decoded value: the same on the first run and on every replay; when
+            ``fn`` is annotated to return a dataclass or pydantic model, that type.
 
         Raises:
             StepFailed: the step failed for good (also on replay); the body may catch it.
@@ -74,9 +112,11 @@ class StepApi:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ValidationError(f"step {name!r}: retry must be a perdure.RetryPolicy")
         seconds = None if timeout is None else to_seconds(timeout, what=f"step {name!r} timeout")
-        return await self._runner.run_step(
-            name, fn, retry=retry, timeout=seconds, rollback=rollback
+        call = functools.partial(fn, *args, **kwargs) if args or kwargs else fn
+        value = await self._runner.run_step(
+            name, call, retry=retry, timeout=seconds, rollback=rollback
         )
+        return rebuild(value, return_type(fn))
 
     async def sleep(self, name: str, duration: Duration) -> None:
         """Sleep durably for ``duration`` ("5m", seconds, timedelta); the run parks and
@@ -155,6 +195,28 @@ class StepApi:
         return await self._runner.run_child(name, wf_name, input_json, seconds)
 
 
+class RunLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """``ctx.log``: a standard logger adapter (logger ``perdure.workflow``) that is silent
+    while the body replays steps already journaled, so a line is written once per real
+    execution, and tags each record with ``run_id``, ``workflow`` and ``step``."""
+
+    def __init__(self, runner: Runner) -> None:
+        super().__init__(logging.getLogger("perdure.workflow"), {})
+        self._runner = runner
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self._runner.replaying and self.logger.isEnabledFor(level)
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        runner = self._runner
+        tags = {"run_id": runner.run.id, "workflow": runner.run.workflow, "step": runner.step_key}
+        kwargs["extra"] = {**tags, **(kwargs.get("extra") or {})}
+        where = f"{runner.run.workflow} {runner.run.id}"
+        if runner.step_key is not None:
+            where += f" after {runner.step_key}"
+        return f"[{where}] {msg}", kwargs
+
+
 class Context:
     """What a workflow body receives as ``ctx``.
 
@@ -166,14 +228,17 @@ class Context:
         input: the run's input.
         cancelled: an `asyncio.Event` set when the run is cancelled (or this worker lost it).
         step: the durable step API (`StepApi`).
+        log: a logger (`RunLog`) silent while the body replays journaled steps, its
+            records tagged with run id, workflow and step.
     """
 
-    __slots__ = ("_runner", "cancelled", "step")
+    __slots__ = ("_runner", "cancelled", "log", "step")
 
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
         self.step = StepApi(runner)
         self.cancelled = asyncio.Event()
+        self.log = RunLog(runner)
 
     @property
     def run_id(self) -> str:

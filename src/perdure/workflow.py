@@ -11,6 +11,7 @@ from .durations import Duration, to_seconds
 from .errors import ConfigurationError, ValidationError
 from .names import glob_matches, validate_pattern, validate_workflow_name
 from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+from .typed import input_type, rebuild
 
 if TYPE_CHECKING:
     from .context import Context
@@ -49,9 +50,10 @@ class WorkflowDefinition:
     takes_input: bool = True
 
     async def call(self, ctx: Context, value: Any) -> Any:
-        """Run the body once."""
+        """Run the body once (an input annotated as a dataclass or pydantic model is
+        rebuilt as that type)."""
         if self.takes_input:
-            return await self.fn(ctx, value)
+            return await self.fn(ctx, rebuild(value, input_type(self.fn)))
         return await self.fn(ctx)
 
     def options(self) -> dict[str, Any]:

@@ -74,6 +74,7 @@ from ..records import (
 )
 from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPolicy
 from ..serialization import decode, encode, error_from_exception
+from ..step_info import StepInfo, entered_step, left_step
 from .keys import KeyAllocator
 from .suspend import AbandonSignal, FailRunSignal, ParkSignal, Suspend, contains, find
 
@@ -152,6 +153,11 @@ class Runner:
         self.services = services
         self.token = claim.lease_token
         self.journal: dict[str, Step] = {s.name: s for s in claim.journal}
+        # Journaled steps the body has yet to reach in this pass: while any remain, it
+        # replays (ctx.log is silent).
+        self._to_replay = {k for k, s in self.journal.items() if s.status != "retrying"}
+        #: The key of the step the body reached last (ctx.log tags records with it).
+        self.step_key: str | None = None
         self.waits: dict[str, Wait] = {w.key: w for w in claim.waits}
         self.keys = KeyAllocator()
         self.step_attempts = claim.step_attempts
@@ -521,7 +527,14 @@ class Runner:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         return _ParkRequest(reason=reason, wake_at=wake_at, future=future, **parts)
 
-    def _enter_step_api(self) -> None:
+    @property
+    def replaying(self) -> bool:
+        """True while the body re-executes steps already journaled."""
+        return bool(self._to_replay)
+
+    def _enter_step_api(self, key: str) -> None:
+        self.step_key = key
+        self._to_replay.discard(key)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -555,7 +568,7 @@ class Runner:
     ) -> Any:
         """Run (or replay) one step; see `StepApi.run`."""
         key = key or self.keys.next(name)
-        self._enter_step_api()
+        self._enter_step_api(key)
         record = self.journal.get(key)
         if record is not None and record.status != "retrying":
             self._check_kind(key, record, kind)
@@ -584,6 +597,7 @@ class Runner:
                 await self._commit(Transition(self.run.id, self.token))
             started = self.now()
             self.step_attempts += 1
+            token = entered_step(StepInfo(self.run.id, key, attempt))
             try:
                 value = await self._invoke(fn, timeout, key)
                 output = encode(
@@ -595,6 +609,8 @@ class Runner:
                 raise
             except Exception as exc:
                 return await self._step_error(key, kind, exc, attempt, started, retry)
+            finally:
+                left_step(token)
             # Only this worker writes "run" rows of this run (fenced), so the value is
             # final: hand it to the body now and commit the row with the next transition.
             self._defer(
@@ -673,7 +689,7 @@ class Runner:
     async def sleep_until(self, name: str, when: datetime) -> None:
         """Durable timer; see `StepApi.sleep_until`."""
         key = self.keys.next(name)
-        self._enter_step_api()
+        self._enter_step_api(key)
         record = self.journal.get(key)
         if record is not None:
             self._check_kind(key, record, "sleep")
@@ -697,7 +713,7 @@ class Runner:
     ) -> Any:
         """Durable wait for a signal or published event; see `StepApi.wait_for_event`."""
         key = self.keys.next(name)
-        self._enter_step_api()
+        self._enter_step_api(key)
         record = self.journal.get(key)
         if record is not None:
             self._check_kind(key, record, "wait")
@@ -737,7 +753,7 @@ class Runner:
         signal can carry); past it the step fails with `ChildTimeout` and the child
         goes on."""
         key = self.keys.next(name)
-        self._enter_step_api()
+        self._enter_step_api(key)
         record = self.journal.get(key)
         if record is None:
             registered = self.waits.get(key)
