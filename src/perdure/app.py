@@ -223,8 +223,8 @@ class App:
                 future = concurrent.futures.Future()
                 self._opening[key] = future
         if creator:
+            backend = self._new_backend()
             try:
-                backend = self._new_backend()
                 await backend.open()
                 if self._migrate and not self._migrated:
                     await backend.migrate()
@@ -233,6 +233,7 @@ class App:
                 with self._lock:
                     self._opening.pop(key, None)
                 future.set_exception(exc)
+                await backend.close()  # a pool opened before migrate failed
                 raise
             with self._lock:
                 self._ready[key] = backend

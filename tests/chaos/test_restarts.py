@@ -23,6 +23,7 @@ from tests.chaos import workload
 from tests.chaos.harness import (
     Probe,
     ThrowawayPostgres,
+    WorkerProcess,
     log,
     spawn_worker,
     throwaway_problem,
@@ -53,6 +54,16 @@ def _start(app: App, key: str) -> str:
             time.sleep(0.05)
 
 
+def _wait_until_serving(probe: Probe, workers: list[WorkerProcess]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        rows = probe.retry("SELECT count(*) FROM workers WHERE stopped_at IS NULL")
+        if rows[0][0] >= len(workers):
+            return
+        assert time.monotonic() < deadline, "".join(w.log_tail() for w in workers)
+        time.sleep(0.05)
+
+
 def test_restarts_at_random_moments_never_strand_a_run(
     throwaway_pg: ThrowawayPostgres, tmp_path: Path
 ) -> None:
@@ -70,6 +81,11 @@ def test_restarts_at_random_moments_never_strand_a_run(
     run_ids: list[str] = []
     slowest = 0.0
     try:
+        # The bound is about live workers recovering from a restart, so both workers
+        # must be serving before the first fault (on a loaded machine starting a Python
+        # process takes seconds, and a restart during its pool's first connections
+        # delays its start by up to the pool's open timeout).
+        _wait_until_serving(probe, workers)
         for trial in range(TRIALS):
             ids = [_start(app, f"{trial}-{i}") for i in range(RUNS_PER_TRIAL)]
             run_ids += ids
@@ -207,3 +223,31 @@ def test_a_claim_undone_by_a_crash_never_hands_its_token_out_again() -> None:
 
     with ThrowawayPostgres(options="-c wal_writer_delay=10s") as pg:
         asyncio.run(scenario(pg))
+
+
+def test_a_worker_started_while_the_database_is_down_serves_once_it_is_up(
+    throwaway_pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    """Workers may start before their database (a deploy, a restart): the worker waits
+    for it, with one warning per attempt, instead of dying or hanging."""
+    env = worker_env("postgres", throwaway_pg.url, "perdure", tmp_path / "effects")
+    app = workload.register(App(throwaway_pg.url, schema="perdure"))
+    app.migrate()
+    probe = Probe("postgres", throwaway_pg.url, "perdure")
+    throwaway_pg.stop()
+    worker = spawn_worker(env, tmp_path / "logs", concurrency=2, lease=LEASE, name="early")
+    try:
+        deadline = time.monotonic() + 30
+        while "database unreachable at start" not in worker.log_tail():
+            assert worker.alive(), worker.log_tail()
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.05)
+        throwaway_pg.start()
+        _wait_until_serving(probe, [worker])
+        run_id = _start(app, "after-the-outage")
+        assert app.result(run_id, timeout=30) is not None
+        assert worker.alive()
+    finally:
+        assert worker.stop() == 0, worker.log_tail()
+        probe.close()
+        app.close()

@@ -23,17 +23,23 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._logging import quiet_repeats
 from ..backends.base import Backend
 from ..durations import Duration, to_seconds
 from ..engine.runner import Runner, RunServices
-from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
+from ..errors import (
+    BackendError,
+    ConfigurationError,
+    PoisonRun,
+    SchemaVersionError,
+    ValidationError,
+)
 from ..ids import new_worker_id
 from ..names import validate_pattern
 from ..records import (
@@ -47,6 +53,13 @@ from ..records import (
     WorkerInfo,
 )
 from .committer import Committer
+
+T = TypeVar("T")
+
+
+class _StoppedAtStart(Exception):
+    """The worker was stopped before the database answered."""
+
 
 if TYPE_CHECKING:
     from ..app import App
@@ -226,17 +239,9 @@ class Worker:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    def _poll(self, backend: Backend) -> float:
-        if self._poll_interval is not None:
-            return self._poll_interval
-        return 0.1 if backend.dialect == "sqlite" else 1.0
-
-    def _db_now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self._clock_offset)
-
-    async def _serve(self) -> None:
-        quiet_repeats()
-        backend = await self.app._backend()
+    async def _start_up(self) -> tuple[Backend, tuple[tuple[str, int], ...]]:
+        """Open the database and register this worker; the served (name, version) pairs."""
+        backend = await self._until_reachable(self.app._backend)
         definitions = self.app._registry.select(self.patterns)
         if not definitions:
             wanted = (
@@ -249,20 +254,53 @@ class Worker:
                 "before starting the worker"
             )
         pairs = tuple((d.name, d.version) for d in definitions)
-        db_now = await backend.now()
+        db_now = await self._until_reachable(backend.now)
         self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
-        started = db_now
-        await backend.register_worker(
-            WorkerInfo(
-                id=self.id,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                workflows=tuple(f"{n}@{v}" for n, v in pairs),
-                concurrency=self.concurrency,
-                started_at=started,
-                last_seen_at=started,
-            )
+        info = WorkerInfo(
+            id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            workflows=tuple(f"{n}@{v}" for n, v in pairs),
+            concurrency=self.concurrency,
+            started_at=db_now,
+            last_seen_at=db_now,
         )
+        await self._until_reachable(lambda: backend.register_worker(info))
+        return backend, pairs
+
+    async def _until_reachable(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, retried while the database is unreachable (a worker may start
+        before its database, or while it restarts). A schema newer than this code is
+        not retried; a stop meanwhile raises `_StoppedAtStart`."""
+        failures = 0
+        while True:
+            try:
+                return await attempt()
+            except SchemaVersionError:
+                raise
+            except BackendError as exc:
+                failures += 1
+                delay = min(5.0, 0.1 * 2**failures)
+                if not self._stopping:
+                    log.warning("database unreachable at start (%s); retrying in %.1fs", exc, delay)
+                    await self._sleep(delay)
+                if self._stopping:
+                    raise _StoppedAtStart from exc
+
+    def _poll(self, backend: Backend) -> float:
+        if self._poll_interval is not None:
+            return self._poll_interval
+        return 0.1 if backend.dialect == "sqlite" else 1.0
+
+    def _db_now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self._clock_offset)
+
+    async def _serve(self) -> None:
+        quiet_repeats()
+        try:
+            backend, pairs = await self._start_up()
+        except _StoppedAtStart:
+            return  # stopped before the database answered
         unsubscribe = await backend.subscribe(self._on_notice)
         # A commit is retried through a database outage of up to two minutes (or four
         # leases): the fence makes retrying safe, and the run stays this worker's.
