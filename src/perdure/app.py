@@ -51,7 +51,7 @@ from .records import (
     WorkflowSummary,
 )
 from .retry import RetryPolicy
-from .serialization import decode, encode
+from .serialization import encode
 from .settings import Settings
 from .validation import check_aware, check_int, check_key, check_time, lookup_id
 from .worker import Worker
@@ -413,7 +413,7 @@ class App:
                 "worker that serves it starts"
             )
             log.info("run %s: %s", result.run.id, warning)
-        if not result.created and result.run.input != decode(input_json):
+        if result.input_differs:
             log.warning(
                 "start of %s returned the existing run %s, whose input differs",
                 name,

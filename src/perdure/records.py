@@ -170,10 +170,12 @@ class NewRun:
 
 @dataclass(frozen=True, slots=True)
 class CreateResult:
-    """Result of `Backend.create_run`: the run, and whether this call created it."""
+    """Result of `Backend.create_run`: the run, whether this call created it, and
+    whether an existing run it returned has another input than the call gave."""
 
     run: Run
     created: bool
+    input_differs: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,9 @@ def _rebuildable(tp: Any) -> bool:
 def return_type(fn: Callable[..., Any]) -> type | None:
     """The dataclass or pydantic model ``fn`` is annotated to return (awaitables
     unwrapped), else None."""
+    annotations = getattr(fn, "__annotations__", None)
+    if not isinstance(annotations, dict) or "return" not in annotations:
+        return None  # lambdas and unannotated functions: nothing to look up or cache
     try:
         return _return_type(fn)
     except TypeError:  # an unhashable callable object

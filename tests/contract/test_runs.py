@@ -280,7 +280,7 @@ async def test_same_key_different_input_returns_the_existing_run(backend: Backen
     first = await backend.create_run(new_run(input={"a": 1}, idempotency_key="k"))
     again = new_run(input={"a": 2}, idempotency_key="k", priority=1)
     result = await backend.create_run(again)
-    assert result.created is False and result.run.id == first.run.id
+    assert result.created is False and result.run.id == first.run.id and result.input_differs
     assert await backend.get_run(again.id) is None
     assert [r.id for r in await _all_runs(backend)] == [first.run.id]
     stored = await backend.get_run(first.run.id)
@@ -291,7 +291,8 @@ async def test_same_key_different_input_returns_the_existing_run(backend: Backen
     events = await backend.get_events(first.run.id)
     assert events[-1].data == {"idempotency_key": "k", "input_differs": True}
     # The same input again records nothing more.
-    assert (await backend.create_run(new_run(input={"a": 1}, idempotency_key="k"))).created is False
+    same = await backend.create_run(new_run(input={"a": 1}, idempotency_key="k"))
+    assert same.created is False and not same.input_differs
     assert await event_types(backend, first.run.id) == ["created", "duplicate_start"]
 
 

@@ -109,7 +109,8 @@ class Backend(abc.ABC):
         With an id or (workflow, idempotency key) that already exists, return the
         existing run with ``created=False`` (also under concurrent calls: exactly one
         insert wins); if its input differs from ``new.input_json`` (compared as JSON
-        values), record a ``duplicate_start`` event on it. An id that names a run of
+        values), record a ``duplicate_start`` event on it and say so in
+        ``input_differs``. An id that names a run of
         another workflow raises `ValidationError`. ``new.version`` None (no process
         registered the workflow) is stored as is; `claim_runs` fixes it.
         """

@@ -407,13 +407,13 @@ class PostgresBackend(Backend):
             for cur in cursors:
                 row = await cur.fetchone()
                 assert row is not None
-                results.append(CreateResult(run=run_from_row(row[1:]), created=bool(row[0])))
+                results.append(_created(row))
             return results
 
     async def _create_one(self, new: NewRun) -> CreateResult:
         row = await self._one(QUERIES["create_run"], _new_run(new))
         assert row is not None
-        return CreateResult(run=run_from_row(row[1:]), created=bool(row[0]))
+        return _created(row)
 
     async def cancel_run(self, run_id: str) -> bool:
         row = await self._one(QUERIES["cancel_run"], {"run_id": run_id})
@@ -772,6 +772,11 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     broken to decode becomes an `Undecodable` marker instead of failing the whole read
     (a claim of many runs, a page of a listing)."""
     set_json_loads(decode_stored, conn)
+
+
+def _created(row: tuple[Any, ...]) -> CreateResult:
+    """A `create_run` query row: created, the run's columns, input_differs."""
+    return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])
 
 
 def _version_key(version: str) -> tuple[int, ...]:

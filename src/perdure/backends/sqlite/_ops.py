@@ -217,10 +217,11 @@ def create_run(s: Session, new: NewRun) -> CreateResult:
             raise ValidationError(
                 f"run id {new.id!r} already names a run of workflow {existing['workflow']!r}"
             )
-        if not json_equal(existing["input"], new.input_json):
+        differs = not json_equal(existing["input"], new.input_json)
+        if differs:
             data = {"idempotency_key": new.idempotency_key, "input_differs": True}
             add_event(s, existing["id"], "duplicate_start", _strip_nulls(data), now)
-        return CreateResult(to_run(existing), False)
+        return CreateResult(to_run(existing), False, differs)
 
 
 def cancel_descendants(s: Session, run_id: str, now: float) -> list[str]:

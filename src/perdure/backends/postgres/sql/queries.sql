@@ -95,7 +95,8 @@ SELECT c.created,
        CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
             THEN (c.run).available_at END,
        (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
-       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step
+       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
+       NOT c.created AND (c.run).input <> %(input)s::jsonb
 FROM create_run(
     p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
     p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
