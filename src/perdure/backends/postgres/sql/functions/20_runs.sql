@@ -61,11 +61,14 @@ LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
     v_result record;
 BEGIN
-    IF p_id IS NULL THEN
-        RAISE EXCEPTION 'the run id must not be NULL' USING ERRCODE = 'PD001';
+    -- Guards first, so the common start (no key, no times) calls no helper.
+    IF p_id IS NULL OR length(p_id) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION 'the run id must be 1-255 characters, got %', quote_nullable(left(p_id, 80))
+            USING ERRCODE = 'PD001';
     END IF;
-    PERFORM check_key('the run id', p_id);
-    PERFORM check_key('the idempotency key', p_idempotency_key);
+    IF p_idempotency_key IS NOT NULL THEN
+        PERFORM check_key('the idempotency key', p_idempotency_key);
+    END IF;
     IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'invalid workflow name %: use 1-128 letters, digits, ''_'', ''.'' or ''-'', starting with a letter or digit',
             quote_nullable(left(p_workflow, 200)) USING ERRCODE = 'PD001';
@@ -93,8 +96,12 @@ BEGIN
         RAISE EXCEPTION 'invalid deadline %: expected a finite number of seconds >= 0',
             p_deadline_in USING ERRCODE = 'PD001';
     END IF;
-    PERFORM check_time('run_at', p_run_at);
-    PERFORM check_time('deadline_at', p_deadline_at);
+    IF p_run_at IS NOT NULL THEN
+        PERFORM check_time('run_at', p_run_at);
+    END IF;
+    IF p_deadline_at IS NOT NULL THEN
+        PERFORM check_time('deadline_at', p_deadline_at);
+    END IF;
     IF (p_parent_id IS NULL) <> (p_parent_step IS NULL) THEN
         RAISE EXCEPTION 'parent_id and parent_step go together' USING ERRCODE = 'PD001';
     END IF;

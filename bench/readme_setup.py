@@ -1,0 +1,268 @@
+"""W1 and W2 with perdure set up as the README tells a user, beside the best peer of each.
+
+perdure (PostgreSQL): one worker process started with the CLI (``perdure worker``,
+default concurrency 10), and a client starting runs one at a time from one thread
+with the sync API. Beside it, in the same invocation:
+
+* W1 (2,000 runs of 3 steps, twice): PgQueuer 1.6 with its defaults (one
+  ``QueueManager.run()`` process, batch size 10), three chained jobs per run (each
+  job enqueues the next: a queue keeps no journal), its client enqueueing one run at
+  a time from one coroutine;
+* W2 (200 sequential one-step runs): DBOS Transact 3.4 direct start
+  (``start_workflow(...).get_result()``, its recommended in-process setup).
+
+Usage: ``python bench/readme_setup.py [--runs 2000] [--w2 200]``; prints one JSON
+document and a ratio table. Absolute figures drift on shared machines; the ratios
+of one invocation hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import fresh_database, percentiles  # noqa: E402
+
+APP_MODULE = """
+from perdure import App, Context
+
+app = App()
+
+def small(i: int) -> dict[str, int]:
+    return {"i": i}
+
+@app.workflow
+async def three(ctx: Context, n: int) -> dict[str, int]:
+    await ctx.step.run("a", lambda: small(n))
+    await ctx.step.run("b", lambda: small(n))
+    return await ctx.step.run("c", lambda: small(n))
+
+@app.workflow
+async def one(ctx: Context, n: int) -> dict[str, int]:
+    return await ctx.step.run("a", lambda: small(n))
+"""
+
+PGQ_WORKER = """
+import asyncio, os, sys, time
+import psycopg
+from pgqueuer import PgQueuer
+from pgqueuer.db import PsycopgDriver
+
+N = int(sys.argv[2]); DONE = sys.argv[3]
+
+async def main() -> None:
+    conn = await psycopg.AsyncConnection.connect(sys.argv[1], autocommit=True)
+    pgq = PgQueuer(PsycopgDriver(conn))
+    count = 0
+
+    @pgq.entrypoint("step1")
+    async def step1(job) -> None:
+        await pgq.qm.queries.enqueue("step2", job.payload)
+
+    @pgq.entrypoint("step2")
+    async def step2(job) -> None:
+        await pgq.qm.queries.enqueue("step3", job.payload)
+
+    @pgq.entrypoint("step3")
+    async def step3(job) -> None:
+        nonlocal count
+        count += 1
+        if count % N == 0:
+            with open(DONE, "a") as out:
+                out.write(f"{time.time()}\\n")
+
+    await pgq.run()
+
+asyncio.run(main())
+"""
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------- perdure
+
+
+def perdure_readme(runs: int, w2_runs: int) -> dict[str, Any]:
+    import psycopg
+
+    url = fresh_database("bench_readme_perdure")
+    work = Path(tempfile.mkdtemp(prefix="bench_readme_"))
+    (work / "readme_app.py").write_text(APP_MODULE)
+    path = os.pathsep.join(p for p in (str(work), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PERDURE_DATABASE_URL": url, "PYTHONPATH": path}
+    sys.path.insert(0, str(work))
+    os.environ["PERDURE_DATABASE_URL"] = url
+    import readme_app
+
+    app = readme_app.app
+    app.list_workflows()  # migrate and register before the clock starts
+    perdure = [sys.executable, "-m", "perdure.cli.main"]
+    worker = subprocess.Popen(
+        [*perdure, "worker", "readme_app:app"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    out: dict[str, Any] = {"setup": "perdure worker (concurrency 10) + one sync client"}
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+
+            def done_count() -> tuple[int, float]:
+                row = conn.execute(
+                    "SELECT count(*), coalesce(extract(epoch FROM max(completed_at)), 0)::float8 "
+                    "FROM perdure.runs WHERE workflow = 'three' AND status = 'completed'"
+                ).fetchone()
+                assert row is not None
+                return int(row[0]), float(row[1])
+
+            app.run("one", 0, timeout=60)  # the worker is up and warm
+            reps = []
+            for rep in range(2):
+                before = done_count()[0]
+                t0 = time.time()
+                for i in range(runs):
+                    app.start("three", rep * runs + i)
+                starts = time.time() - t0
+                _, last = _wait_for(
+                    lambda b=before: (lambda c: c if c[0] >= b + runs else None)(done_count()),
+                    600,
+                    "perdure W1",
+                )
+                elapsed = last - t0
+                reps.append(
+                    {"steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
+                     "starts_s": starts, "elapsed_s": elapsed}
+                )  # fmt: skip
+            out["w1"] = reps
+            latencies = []
+            for i in range(w2_runs):
+                t0 = time.perf_counter()
+                app.run("one", i, timeout=60)
+                latencies.append(time.perf_counter() - t0)
+            out["w2_ms"] = percentiles(latencies)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        app.close()
+    return out
+
+
+# ---------------------------------------------------------------------- PgQueuer
+
+
+async def _pgq_enqueue(url: str, runs: int) -> None:
+    import psycopg
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    queries = Queries(PsycopgDriver(conn))
+    for i in range(runs):
+        await queries.enqueue("step1", str(i).encode())
+    await conn.close()
+
+
+async def _pgq_install(url: str) -> None:
+    import psycopg
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await Queries(PsycopgDriver(conn)).install()
+    await conn.close()
+
+
+def pgqueuer_w1(runs: int) -> dict[str, Any]:
+    url = fresh_database("bench_readme_pgqueuer")
+    asyncio.run(_pgq_install(url))
+    work = Path(tempfile.mkdtemp(prefix="bench_pgq_"))
+    (work / "pgq_worker.py").write_text(PGQ_WORKER)
+    done = work / "done.txt"
+    worker = subprocess.Popen(
+        [sys.executable, str(work / "pgq_worker.py"), url, str(runs), str(done)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    reps = []
+    try:
+        time.sleep(2)  # let it start listening (its queue is empty until we enqueue)
+        for rep in range(2):
+            t0 = time.time()
+            asyncio.run(_pgq_enqueue(url, runs))
+            starts = time.time() - t0
+            lines = _wait_for(
+                lambda r=rep: (lambda t: t if len(t) > r else None)(
+                    done.read_text().split() if done.exists() else []
+                ),
+                600,
+                "PgQueuer W1",
+            )
+            elapsed = float(lines[rep]) - t0
+            reps.append(
+                {"steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
+                 "starts_s": starts, "elapsed_s": elapsed}
+            )  # fmt: skip
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    return {"setup": "PgQueuer defaults, one QueueManager process + one client", "w1": reps}
+
+
+# ---------------------------------------------------------------------- DBOS
+
+
+def dbos_w2() -> dict[str, Any]:
+    """DBOS's W2 through the suite's own DBOS contender (200 runs, its full size)."""
+    out_path = Path(tempfile.mkdtemp(prefix="bench_dbos_")) / "dbos.json"
+    subprocess.run(
+        [sys.executable, str(HERE / "run.py"), "--child", "dbos-pg", "--child-out",
+         str(out_path), "--workloads", "W2"],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(out_path.read_text())
+    return {"setup": "DBOS direct start, in process", "w2_ms": result["w2"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--w2", type=int, default=200)
+    args = parser.parse_args()
+    perdure = perdure_readme(args.runs, args.w2)
+    pgq = pgqueuer_w1(args.runs)
+    dbos = dbos_w2()
+    report = {"perdure": perdure, "pgqueuer": pgq, "dbos": dbos}
+    print(json.dumps(report, indent=2))
+    best = max(r["steps_per_s"] for r in perdure["w1"])
+    peer = max(r["steps_per_s"] for r in pgq["w1"])
+    print(f"W1 steps/s: perdure {best:.0f}, PgQueuer {peer:.0f}, ratio {best / peer:.2f}")
+    mine, theirs = perdure["w2_ms"], dbos["w2_ms"]
+    print(
+        f"W2 p50/p99 ms: perdure {mine['p50']:.2f}/{mine['p99']:.2f}, DBOS "
+        f"{theirs['p50']:.2f}/{theirs['p99']:.2f}, p50 ratio {mine['p50'] / theirs['p50']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
