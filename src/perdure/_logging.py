@@ -1,4 +1,6 @@
-"""Rate limiting of repeated warnings, so an outage does not flood the logs.
+"""Log output: rate limiting of repeated warnings, and the JSON line format.
+
+Rate limiting, so an outage does not flood the logs:
 
 While the database is down, every worker component (claims, commits, heartbeats,
 the listener, psycopg's pool) fails in a loop; one line per failure would be many
@@ -8,11 +10,16 @@ at most one per interval, noting how many were held back.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 
-__all__ = ["RateLimit", "quiet_repeats"]
+__all__ = ["JsonFormatter", "RateLimit", "configure", "quiet_repeats"]
+
+#: Record fields perdure sets with ``extra=`` (worker lines, ``ctx.log``).
+_FIELDS = ("run_id", "workflow", "step", "outcome", "reason")
 
 #: loggers a worker rate-limits: its own, and psycopg's connection pool.
 WORKER_LOGGERS = (
@@ -61,3 +68,35 @@ def quiet_repeats(names: tuple[str, ...] = WORKER_LOGGERS) -> None:
         logger = logging.getLogger(name)
         if _installed not in logger.filters:
             logger.addFilter(_installed)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts`` (UTC ISO 8601), ``level``, ``logger``,
+    ``message``, the run fields perdure sets (``run_id``, ``workflow``, ``step``,
+    ``outcome``, ``reason``) when present, and ``exception`` with a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in _FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure(level: int, log_format: str = "text") -> None:
+    """Set up the root logger for a command line process: ``text`` (one readable line
+    per record) or ``json`` (one JSON object per line, for log shippers)."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)

@@ -118,12 +118,16 @@ def test_sigterm_is_graceful_the_in_flight_step_commits_and_the_run_is_released(
     tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
     app = _app(database, tmp_path)
-    proc = _spawn_worker(env, tmp_path)
+    proc = _spawn_worker(env, tmp_path, "--log-format", "json")
     try:
         handle = app.start("two_slow")
         wait_for(lambda: (tmp_path / "marks").exists() and any((tmp_path / "marks").iterdir()), 30)
         code, out = _stop(proc)
         assert code == 0, out
+        lines = [json.loads(line) for line in out.splitlines() if line.strip()]  # all JSON
+        released = [e for e in lines if e.get("outcome") == "released"]
+        assert [e["run_id"] for e in released] == [handle.id], out
+        assert released[0]["workflow"] == "two_slow" and released[0]["level"] == "INFO"
         run = handle.get()
         assert run.status == "waiting" and run.wake_reason is None, run
         assert [s.name for s in app.get_steps(handle.id)] == ["first"]

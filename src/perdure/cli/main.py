@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .._logging import configure as configure_logging
 from ..app import App
 from ..durations import to_seconds
 from ..errors import PerdureError
@@ -81,11 +82,21 @@ class _Group(click.Group):
 )
 @click.option("--schema", envvar="PERDURE_SCHEMA", help="PostgreSQL schema (default perdure).")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    envvar="PERDURE_LOG_FORMAT",
+    help="Log lines as text, or as one JSON object per line. Env: PERDURE_LOG_FORMAT.",
+)
 @click.pass_context
-def cli(ctx: click.Context, database: str | None, schema: str | None, verbose: int) -> None:
+def cli(
+    ctx: click.Context, database: str | None, schema: str | None, verbose: int, log_format: str
+) -> None:
     """perdure: durable workflows journaled in PostgreSQL or SQLite."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, log_format)
     if database:
         os.environ["PERDURE_DATABASE_URL"] = database  # apps built by APP modules see it too
     if schema:
@@ -105,17 +116,29 @@ def _client(ctx: click.Context) -> App:
 @click.option("--workflows", multiple=True, help="Glob of workflow names to serve (repeatable).")
 @click.option("--lease", default="30s", show_default=True, help="Lease length without heartbeat.")
 @click.option("--poll-interval", type=float, default=None, help="Fallback polling period (s).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Log lines as text or JSON (as the global option).",
+)
 def worker(
     app_spec: str,
     concurrency: int,
     workflows: tuple[str, ...],
     lease: str,
     poll_interval: float | None,
+    log_format: str | None,
 ) -> None:
-    """Run a worker for APP (module:attribute) until SIGTERM/SIGINT."""
+    """Run a worker for APP (module:attribute) until SIGTERM/SIGINT.
+
+    It logs every retry, failure, park and recovery of a run with its reason, one line
+    each (INFO/WARNING), with the run id and workflow."""
     # Until the worker's own handlers are in place nothing is claimed yet, so a stop
     # signal during start-up can simply end the process cleanly.
     signals.signal(signals.SIGTERM, lambda *_: sys.exit(0))
+    if log_format is not None:
+        configure_logging(logging.getLogger().level, log_format)
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
     app = load_app(app_spec)

@@ -76,6 +76,7 @@ from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPoli
 from ..serialization import decode, encode, error_from_exception
 from ..step_info import StepInfo, entered_step, left_step
 from .keys import KeyAllocator
+from .run_log import log_outcome
 from .suspend import AbandonSignal, FailRunSignal, ParkSignal, Suspend, contains, find
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class PassResult:
     outcome: str  # completed | failed | parked | retrying | released | abandoned
     wake_at: datetime | None = None
     error: dict[str, Any] | None = field(default=None)
+    #: why, in words, for the worker's log line (what a parked run waits for, ...)
+    reason: str | None = None
 
 
 def _is_async_callable(fn: Any) -> bool:
@@ -351,10 +354,10 @@ class Runner:
             step_attempts=retried,
             outcome=Park(reason=reason, wake_at=wake_at),
         )
-        result = await self._finish(transition, "parked")
+        reason = "; ".join(_park_reason(r) for r in requests)
+        result = await self._finish(transition, "parked", wake_at=wake_at, reason=reason)
         if result.outcome == "parked":
             self.services.on_park(wake_at)
-            result.wake_at = wake_at
         return result
 
     async def _body_failed(self, exc: BaseException) -> PassResult:
@@ -368,7 +371,7 @@ class Runner:
             failed = self.journal.get(exc.step) if isinstance(exc, StepFailed) else None
             reopen = (failed.name,) if failed is not None and failed.kind == "run" else ()
             retry = Retry(wake_at=wake_at, error=error, reopen=reopen)
-            result = await self._finish(retry, "retrying")
+            result = await self._finish(retry, "retrying", wake_at=wake_at)
             if result.outcome == "retrying":
                 self.services.on_park(wake_at)
             return result
@@ -427,7 +430,14 @@ class Runner:
                 failed.append(item.key)
         return compensated, failed
 
-    async def _finish(self, outcome: Outcome | Transition, label: str) -> PassResult:
+    async def _finish(
+        self,
+        outcome: Outcome | Transition,
+        label: str,
+        *,
+        wake_at: datetime | None = None,
+        reason: str | None = None,
+    ) -> PassResult:
         transition = (
             outcome
             if isinstance(outcome, Transition)
@@ -445,12 +455,15 @@ class Runner:
             log.info("run %s: lease lost before its %s outcome; dropped", self.run.id, label)
             return PassResult("abandoned")
         error = None
-        if isinstance(transition.outcome, Fail):
+        if isinstance(transition.outcome, Fail | Retry):
             error = transition.outcome.error
+        # Logged before waiters hear of the outcome, so the line is there when they do.
+        log_outcome(self.run, label, error=error, wake_at=wake_at, reason=reason)
+        if isinstance(transition.outcome, Fail):
             outcomes.publish(self.run.id, "failed", None, error)
         elif isinstance(transition.outcome, Complete):
             outcomes.publish(self.run.id, "completed", transition.outcome.output_json, None)
-        return PassResult(label, error=error)
+        return PassResult(label, wake_at=wake_at, error=error, reason=reason)
 
     # ------------------------------------------------------------------ commit helpers
 
@@ -830,6 +843,27 @@ def _first_real(exc: BaseException) -> BaseException:
 
 def _brief(error: dict[str, Any]) -> dict[str, Any]:
     return {"type": error.get("type"), "message": error.get("message")}
+
+
+def _park_reason(request: _ParkRequest) -> str:
+    """What one park request waits for, in words (for the worker's log)."""
+    for event in request.events:
+        if event.type == "step_retrying" and isinstance(event.data, dict):
+            data = event.data
+            error = data.get("error") or {}
+            return (
+                f"step {data.get('step')!r} attempt {data.get('attempt')} failed "
+                f"({error.get('type')}: {error.get('message')}); retry in {data.get('delay')}s"
+            )
+    if request.waits:
+        names = ", ".join(sorted({w.event for w in request.waits if not w.event.startswith("~")}))
+        if names:
+            return f"waits for event {names}"
+    if request.children:
+        return "waits for child run(s) " + ", ".join(c.workflow for c in request.children)
+    if request.reason == "child":
+        return "waits for a child run"
+    return f"sleeps ({request.reason})"
 
 
 def _non_retriable(exc: BaseException) -> bool:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 from .._logging import quiet_repeats
 from ..backends.base import Backend
 from ..durations import Duration, to_seconds
+from ..engine.run_log import log_run
 from ..engine.runner import Runner, RunServices
 from ..errors import (
     BackendError,
@@ -470,6 +471,14 @@ class Worker:
         if definition is None:  # the pairs filter makes this impossible; be safe anyway
             log.error("claimed run %s of unknown workflow %s", claim.run.id, claim.run.workflow)
             return
+        if claim.recovered:
+            log_run(
+                logging.WARNING,
+                claim.run,
+                "recovered",
+                "its previous worker's lease expired (the worker died or lost the database); "
+                "replaying its journal",
+            )
         runner = Runner(claim, definition, services)
         task = asyncio.create_task(self._execute(runner), name=f"perdure-run-{claim.run.id}")
         self._active[claim.run.id] = _Active(runner, task)
@@ -489,8 +498,7 @@ class Worker:
     async def _execute(self, runner: Runner) -> None:
         run_id = runner.run.id
         try:
-            result = await runner.execute()
-            log.debug("run %s (%s): %s", run_id, runner.run.workflow, result.outcome)
+            await runner.execute()
         except asyncio.CancelledError:
             pass
         except Exception:
