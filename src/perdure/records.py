@@ -387,3 +387,16 @@ class Notice:
 
     kind: Literal["wake", "done", "cancel"]
     run_id: str | None = None
+
+
+def waiting_data(park: Park, waits: tuple[WaitWrite, ...]) -> dict[str, Any]:
+    """The data of a ``waiting`` event: the reason, the wake time, and the events the
+    run waits for (what ``perdure runs show`` tells a user)."""
+    data: dict[str, Any] = {
+        "reason": park.reason,
+        "wake_at": None if park.wake_at is None else park.wake_at.isoformat(),
+    }
+    events = sorted({w.event for w in waits if not w.event.startswith("~")})
+    if events:
+        data["events"] = events
+    return data

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure import App, Context
+from perdure import App, Context, RetryPolicy
 from tests.engine.helpers import wait_for
 
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
@@ -206,3 +206,89 @@ def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
     assert result.stdout.count(" completed: ") == 3, result.stdout
     assert (tmp_path / "perdure.db").exists()
     assert time.monotonic() - started >= 0.3  # the durable sleep really slept
+
+
+def test_read_commands_tell_the_story_of_a_run(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*PERDURE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        if check:
+            assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    app = App(database.url, schema=database.schema)
+    tries: list[int] = []
+
+    def call() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionError("gateway [timeout]")
+        return "ok"
+
+    @app.workflow
+    async def approval(ctx: Context, _: object) -> object:
+        return await ctx.step.wait_for_event("approval", timeout="1h")
+
+    @app.workflow
+    async def story(ctx: Context, data: dict[str, str]) -> object:
+        await ctx.step.run("call", call, retry=RetryPolicy(initial="10ms", jitter=0))
+        return await ctx.step.run_workflow("ask", approval, None)
+
+    try:
+        with app.worker():
+            parent = app.start(story, {"kind": "story", "note": "[bold]x[/]"})
+            child = wait_for(lambda: app.list_runs(parent_id=parent.id).items)[0]
+            wait_for(lambda: app.get_run(child.id).status == "waiting")
+            wait_for(lambda: app.get_run(parent.id).status == "waiting")
+            shown = cli("runs", "show", parent.id).stdout
+            assert "attempt 1 failed: ConnectionError: gateway [timeout]" in shown
+            assert '"note": "[bold]x[/]"' in shown  # stored values print literally
+            assert f"child:  {child.id} approval@1 waiting" in shown
+            assert "waits for: a child run" in shown
+            shown = cli("runs", "show", child.id).stdout
+            assert "waits for: event approval (until" in shown
+            assert f"parent: {parent.id} (its step ask)" in shown
+            story_json = json.loads(cli("runs", "show", parent.id, "--json").stdout)
+            assert [c["id"] for c in story_json["children"]] == [child.id]
+            assert any(e["type"] == "step_retrying" for e in story_json["events"])
+
+            def ids(*args: str) -> list[str]:
+                return [
+                    r["id"]
+                    for r in json.loads(cli("runs", "list", "--json", *args).stdout)["items"]
+                ]
+
+            assert ids("--parent", parent.id) == [child.id]
+            assert ids("--input", "kind=story") == [parent.id]
+            assert ids("--input-match", '{"note": "[bold]x[/]"}') == [parent.id]
+            assert ids("--since", "1h") == [child.id, parent.id]
+            assert ids("--until", "1h") == []
+            assert ids("--since", "2000-01-01T00:00") == [child.id, parent.id]
+            bad = cli("runs", "list", "--since", "yesterday-ish", check=False)
+            assert bad.returncode == 2 and "--since" in bad.stderr
+            assert app.signal(child.id, "approval", "yes")
+            assert parent.result(timeout=30) == "yes"
+        workflows = {w["name"]: w for w in json.loads(cli("workflows", "--json").stdout)}
+        assert workflows["story"]["counts"]["completed"] == 1
+        workers = json.loads(cli("workers", "--json").stdout)
+        assert [w["state"] for w in workers] == ["stopped"]  # the worker above has stopped
+        assert "stopped" in cli("workers").stdout
+        # Error text with markup characters prints literally, in one line.
+        markup = cli("start", "bad[/]name", check=False)
+        assert markup.returncode == 1 and "'bad[/]name'" in markup.stderr
+        assert len(markup.stderr.strip().splitlines()) == 1
+    finally:
+        app.close()
+
+
+def test_an_unreachable_database_is_one_clear_line_at_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERDURE_")}
+    env["PERDURE_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:1/nowhere"
+    result = subprocess.run(
+        [*PERDURE, "runs", "list"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot connect to PostgreSQL"), lines

@@ -10,10 +10,10 @@ import signal as signals
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -21,28 +21,12 @@ from .._logging import configure as configure_logging
 from ..app import App
 from ..durations import to_seconds
 from ..errors import PerdureError
-from ..records import Run
+from ..records import WorkerInfo
+from .client import client, json_arg
+from .output import as_dict, console, emit_json, err_console, fail, json_option, table
+from .runs import runs
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 1) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    sys.exit(code)
-
-
-def _json_arg(value: str | None, what: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return json.loads(value)
-    except RecursionError:
-        raise click.BadParameter(f"{what} is nested too deeply to read") from None
-    except ValueError as exc:  # not JSON, or an integer past Python's digit limit
-        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
 
 
 def load_app(spec: str) -> App:
@@ -71,7 +55,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except PerdureError as exc:
-            _fail(str(exc))
+            fail(str(exc))
 
 
 @click.group(cls=_Group)
@@ -104,10 +88,7 @@ def cli(
     ctx.obj = {"database": database, "schema": schema}
 
 
-def _client(ctx: click.Context) -> App:
-    app = App(ctx.obj["database"], schema=ctx.obj["schema"])
-    ctx.call_on_close(app.close)
-    return app
+cli.add_command(runs)
 
 
 @cli.command()
@@ -186,111 +167,21 @@ def start(
     timeout: float | None,
 ) -> None:
     """Start a run of WORKFLOW (known to the database) and print its id."""
-    app = _client(ctx)
+    app = client(ctx)
     if wait and timeout is not None:
         to_seconds(timeout, what="--timeout")  # refused before anything is stored
     handle = app.start(
         workflow,
-        _json_arg(input_, "--input"),
+        json_arg(input_, "--input"),
         idempotency_key=idempotency_key,
         priority=priority,
         delay=delay,
     )
-    console.print(handle.id, highlight=False)
+    console.print(handle.id)
     if handle.warning is not None:
-        err_console.print(
-            f"warning: {handle.warning}", highlight=False, markup=False, soft_wrap=True
-        )
+        err_console.print(f"warning: {handle.warning}")
     if wait:
         console.print_json(json.dumps(app.result(handle.id, timeout=timeout)))
-
-
-@cli.group()
-def runs() -> None:
-    """List and inspect runs."""
-
-
-def _runs_table(items: list[Run]) -> Table:
-    table = Table("id", "workflow", "status", "created", "attempt")
-    for run in items:
-        table.add_row(
-            run.id,
-            f"{run.workflow}@{run.version}",
-            run.status,
-            run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            str(run.attempt),
-        )
-    return table
-
-
-@runs.command("list")
-@click.option("--workflow", help="Only this workflow.")
-@click.option("--status", help="Only this status.")
-@click.option("--limit", default=20, show_default=True)
-@click.option("--cursor", help="From a previous page.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.pass_context
-def runs_list(
-    ctx: click.Context,
-    workflow: str | None,
-    status: str | None,
-    limit: int,
-    cursor: str | None,
-    as_json: bool,
-) -> None:
-    """List runs, newest first."""
-    page = _client(ctx).list_runs(workflow=workflow, status=status, limit=limit, cursor=cursor)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {"items": [_run_dict(r) for r in page.items], "next_cursor": page.next_cursor},
-                default=str,
-            )
-        )
-        return
-    console.print(_runs_table(list(page.items)))
-    if page.next_cursor:
-        console.print(f"next page: --cursor {page.next_cursor}", highlight=False)
-
-
-def _run_dict(run: Run) -> dict[str, Any]:
-    return {f: getattr(run, f) for f in run.__dataclass_fields__}
-
-
-@runs.command("show")
-@click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.pass_context
-def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show one run with its steps."""
-    app = _client(ctx)
-    run = app.get_run(run_id)
-    steps = app.get_steps(run_id)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "run": _run_dict(run),
-                    "steps": [{f: getattr(s, f) for f in s.__dataclass_fields__} for s in steps],
-                },
-                default=str,
-            )
-        )
-        return
-    console.print(
-        f"[bold]{run.id}[/] {run.workflow}@{run.version} [bold]{run.status}[/]", highlight=False
-    )
-    console.print(f"input:  {json.dumps(run.input)}", highlight=False)
-    if run.output is not None:
-        console.print(f"output: {json.dumps(run.output)}", highlight=False)
-    if run.error:
-        console.print(
-            f"error:  {run.error.get('type')}: {run.error.get('message')}", highlight=False
-        )
-    table = Table("step", "kind", "status", "attempts", "output")
-    for s in steps:
-        table.add_row(s.name, s.kind, s.status, str(s.attempts), json.dumps(s.output)[:60])
-    console.print(table)
 
 
 @cli.command()
@@ -300,7 +191,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.pass_context
 def signal(ctx: click.Context, run_id: str, event: str, payload: str | None) -> None:
     """Send EVENT to one run."""
-    delivered = _client(ctx).signal(run_id, event, _json_arg(payload, "--payload"))
+    delivered = client(ctx).signal(run_id, event, json_arg(payload, "--payload"))
     console.print("delivered" if delivered else "the run has ended; nothing stored")
     if not delivered:
         sys.exit(1)
@@ -315,8 +206,8 @@ def publish(
     ctx: click.Context, event: str, payload: str | None, idempotency_key: str | None
 ) -> None:
     """Publish EVENT: resume waiting runs and start subscribed workflows."""
-    result = _client(ctx).publish(
-        event, _json_arg(payload, "--payload"), idempotency_key=idempotency_key
+    result = client(ctx).publish(
+        event, json_arg(payload, "--payload"), idempotency_key=idempotency_key
     )
     console.print(f"started {len(result.started)} run(s), resumed {len(result.resumed)}")
 
@@ -326,7 +217,7 @@ def publish(
 @click.pass_context
 def cancel(ctx: click.Context, run_id: str) -> None:
     """Cancel a live run (and its live children)."""
-    if _client(ctx).cancel(run_id):
+    if client(ctx).cancel(run_id):
         console.print("cancelled")
     else:
         console.print("the run had already ended")
@@ -337,40 +228,58 @@ def cancel(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def sweep(ctx: click.Context) -> None:
     """Delete finished runs past their retention."""
-    console.print(f"deleted {_client(ctx).sweep()} run(s)")
+    console.print(f"deleted {client(ctx).sweep()} run(s)")
+
+
+_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancelled")
 
 
 @cli.command()
+@json_option
 @click.pass_context
-def workflows(ctx: click.Context) -> None:
+def workflows(ctx: click.Context, as_json: bool) -> None:
     """List workflows with run counts per status."""
-    table = Table("workflow", "pending", "running", "waiting", "completed", "failed", "cancelled")
-    for w in _client(ctx).list_workflows():
-        table.add_row(
-            w.name,
-            *(
-                str(w.counts.get(s, 0))
-                for s in ("pending", "running", "waiting", "completed", "failed", "cancelled")
-            ),
-        )
-    console.print(table)
+    summaries = client(ctx).list_workflows()
+    if as_json:
+        emit_json([as_dict(w) for w in summaries])
+        return
+    grid = table("workflow", *_STATUSES)
+    for w in summaries:
+        grid.add_row(w.name, *(str(w.counts.get(s, 0)) for s in _STATUSES))
+    console.print(grid)
 
 
 @cli.command()
+@click.option("--seen-within", default="1h", show_default=True, help="How far back to look.")
+@json_option
 @click.pass_context
-def workers(ctx: click.Context) -> None:
-    """List live and recently seen workers."""
-    table = Table("id", "host", "pid", "concurrency", "last seen", "workflows")
-    for w in _client(ctx).list_workers():
-        table.add_row(
+def workers(ctx: click.Context, seen_within: str, as_json: bool) -> None:
+    """List workers: live ones, and those stopped or silent (not seen for a minute)."""
+    app = client(ctx)
+    found = app.list_workers(seen_within=seen_within)
+    now = datetime.now(UTC)
+
+    def state(w: WorkerInfo) -> str:
+        if w.stopped_at is not None:
+            return f"stopped {w.stopped_at.strftime('%H:%M:%S')}"
+        silent = (now - w.last_seen_at).total_seconds()
+        return "live" if silent < 60 else f"silent for {silent:.0f}s (probably dead)"
+
+    if as_json:
+        emit_json([{**as_dict(w), "state": state(w).split(" ")[0]} for w in found])
+        return
+    grid = table("id", "state", "host", "pid", "concurrency", "last seen", "workflows")
+    for w in found:
+        grid.add_row(
             w.id,
+            state(w),
             w.host,
             str(w.pid),
             str(w.concurrency),
             w.last_seen_at.strftime("%H:%M:%S"),
             ", ".join(w.workflows),
         )
-    console.print(table)
+    console.print(grid)
 
 
 @cli.command()
@@ -397,31 +306,31 @@ def demo(ctx: click.Context, count: int, cool_off: str) -> None:
             console.print(
                 f"{run.id} {run.status}: {json.dumps(run.output or run.error)}", highlight=False
             )
-        console.print(f"inspect one: perdure runs show {handles[0].id}", highlight=False)
+        console.print(f"inspect one: perdure runs show {handles[0].id}")
         if failed:
-            _fail(f"{len(failed)} run(s) did not complete")
+            fail(f"{len(failed)} run(s) did not complete")
     finally:
         app.close()
 
 
 def _watch(app: App, run_ids: list[str], timeout: float = 120.0) -> None:
     def snapshot() -> tuple[Table, bool]:
-        table = Table("run", "status", "steps", "latest step")
+        grid = table("run", "status", "steps", "latest step")
         done = True
         for run_id in run_ids:
             run = app.get_run(run_id)
             steps = app.get_steps(run_id)
             done = done and run.done
             latest = steps[-1].name if steps else "-"
-            table.add_row(run_id, run.status, str(len(steps)), latest)
-        return table, done
+            grid.add_row(run_id, run.status, str(len(steps)), latest)
+        return grid, done
 
     deadline = time.monotonic() + timeout
     if console.is_terminal:
         with Live(console=console, refresh_per_second=8) as live:
             while time.monotonic() < deadline:
-                table, done = snapshot()
-                live.update(table)
+                grid, done = snapshot()
+                live.update(grid)
                 if done:
                     return
                 time.sleep(0.2)
@@ -433,12 +342,12 @@ def _watch(app: App, run_ids: list[str], timeout: float = 120.0) -> None:
                 run = app.get_run(run_id)
                 line = f"{run.status} ({len(app.get_steps(run_id))} steps)"
                 if last.get(run_id) != line:
-                    console.print(f"{run_id}: {line}", highlight=False)
+                    console.print(f"{run_id}: {line}")
                     last[run_id] = line
             if done:
                 return
             time.sleep(0.2)
-    _fail("the demo runs did not finish in time")
+    fail("the demo runs did not finish in time")
 
 
 def main() -> None:

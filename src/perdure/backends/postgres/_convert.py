@@ -33,6 +33,7 @@ from ...records import (
     StepWrite,
     Transition,
     Wait,
+    waiting_data,
 )
 from ...serialization import Undecodable
 
@@ -172,7 +173,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         if outcome.reason not in WAKE_REASONS:
             raise ValidationError(f"unknown wake reason {outcome.reason!r}")
         reason, wake_at = outcome.reason, outcome.wake_at
-        events.append(("waiting", {"reason": reason, "wake_at": _iso(wake_at)}))
+        events.append(("waiting", waiting_data(outcome, t.waits)))
     elif isinstance(outcome, Complete):
         kind, output = "complete", outcome.output_json
         events.append(("completed", None))

@@ -149,6 +149,15 @@ class PostgresBackend(Backend):
     async def open(self) -> None:
         if self._pool is not None:
             return
+        # One direct attempt first: an unreachable server or a bad password is one
+        # clear error at once, not the pool's seconds of retries and warnings.
+        try:
+            probe = await psycopg.AsyncConnection.connect(
+                self._dsn, connect_timeout=5, **self._connect_kwargs()
+            )
+        except psycopg.Error as exc:
+            raise BackendError(f"cannot connect to PostgreSQL: {_one_line(exc)}") from exc
+        await probe.close()
         pool = AsyncConnectionPool(
             self._dsn,
             kwargs=self._connect_kwargs(),
@@ -167,15 +176,7 @@ class PostgresBackend(Backend):
             await pool.open(wait=True, timeout=15.0)
         except PoolTimeout:
             await pool.close()
-            # Surface the real reason (bad password, unknown host, ...).
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, connect_timeout=5, **self._connect_kwargs()
-                )
-                await conn.close()
-            except psycopg.Error as exc:
-                raise BackendError(f"cannot connect to PostgreSQL: {exc}") from exc
-            raise BackendError("cannot connect to PostgreSQL: pool start timed out") from None
+            raise BackendError("cannot connect to PostgreSQL: the pool did not start") from None
         self._pool = pool
 
     async def close(self) -> None:
@@ -777,6 +778,11 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 def _created(row: tuple[Any, ...]) -> CreateResult:
     """A `create_run` query row: created, the run's columns, input_differs."""
     return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])
+
+
+def _one_line(exc: BaseException) -> str:
+    """A driver message on one line (libpq's carry a line break and a tab)."""
+    return " ".join(str(exc).split())
 
 
 def _version_key(version: str) -> tuple[int, ...]:

@@ -26,6 +26,7 @@ from ...records import (
     TransitionResult,
     Wait,
     WakeReason,
+    waiting_data,
 )
 from ...serialization import Undecodable
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
@@ -296,8 +297,7 @@ def _park(s: Session, t: Transition, park: Park, deadline_at: float | None, now:
             is not None
         ):
             due_now = True  # the child already ended
-    wake_at = None if park.wake_at is None else park.wake_at.isoformat()
-    add_event(s, run_id, "waiting", {"reason": park.reason, "wake_at": wake_at}, now)
+    add_event(s, run_id, "waiting", waiting_data(park, t.waits), now)
     timeouts: list[float] = []
     for wait in s.all(QUERIES["run_waits"], {"run_id": run_id}):
         signal = s.one(

@@ -1,0 +1,223 @@
+"""``perdure runs list`` and ``perdure runs show``: finding runs and reading one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.text import Text
+
+from ..app import App
+from ..records import Event, Run, Step
+from .client import client, json_arg, time_arg
+from .output import as_dict, console, emit_json, json_option, literal, table
+
+__all__ = ["runs"]
+
+
+@click.group()
+def runs() -> None:
+    """List and inspect runs."""
+
+
+def _version(run: Run) -> str:
+    return f"{run.workflow}@{'-' if run.version is None else run.version}"
+
+
+def _runs_table(items: list[Run]) -> Any:
+    grid = table("id", "workflow", "status", "created", "attempt")
+    for run in items:
+        grid.add_row(
+            run.id,
+            _version(run),
+            run.status,
+            run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            str(run.attempt),
+        )
+    return grid
+
+
+def _input_match(pairs: tuple[str, ...], match: str | None) -> Any:
+    """``--input key=value`` pairs (a value that is JSON is read as JSON, else as text)
+    and ``--input-match`` JSON, merged into one containment pattern."""
+    pattern: dict[str, Any] = {}
+    if match is not None:
+        given = json_arg(match, "--input-match")
+        if not pairs:
+            return given
+        if not isinstance(given, dict):
+            raise click.BadParameter("--input-match must be a JSON object to combine with --input")
+        pattern.update(given)
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"--input takes key=value, got {pair!r}")
+        try:
+            pattern[key] = json_arg(raw, "--input")
+        except click.BadParameter:
+            pattern[key] = raw
+    return pattern or None
+
+
+@runs.command("list")
+@click.option("--workflow", help="Only this workflow.")
+@click.option("--status", help="Only this status.")
+@click.option("--since", help="Created at or after: ISO 8601, or a duration ago (1h).")
+@click.option("--until", help="Created before: ISO 8601, or a duration ago.")
+@click.option("--input", "inputs", multiple=True, help="Input field key=value (repeatable).")
+@click.option("--input-match", help="Input contains this JSON (PostgreSQL @> rules).")
+@click.option("--parent", help="Only the children of this run.")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--cursor", help="From a previous page.")
+@json_option
+@click.pass_context
+def runs_list(
+    ctx: click.Context,
+    workflow: str | None,
+    status: str | None,
+    since: str | None,
+    until: str | None,
+    inputs: tuple[str, ...],
+    input_match: str | None,
+    parent: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    page = client(ctx).list_runs(
+        workflow=workflow,
+        status=status,
+        since=time_arg(since, "--since"),
+        until=time_arg(until, "--until"),
+        input_match=_input_match(inputs, input_match),
+        parent_id=parent,
+        limit=limit,
+        cursor=cursor,
+    )
+    if as_json:
+        emit_json({"items": page.items, "next_cursor": page.next_cursor})
+        return
+    console.print(_runs_table(page.items))
+    if page.next_cursor:
+        console.print(f"next page: --cursor {page.next_cursor}")
+
+
+@runs.command("show")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show one run: its timeline with durations, each failed attempt's error, what it
+    waits for, and its parent and children."""
+    app = client(ctx)
+    run = app.get_run(run_id)
+    steps = app.get_steps(run_id)
+    events = app.get_events(run_id)
+    children = _children(app, run_id)
+    if as_json:
+        emit_json(
+            {
+                "run": as_dict(run),
+                "steps": [as_dict(s) for s in steps],
+                "events": [as_dict(e) for e in events],
+                "children": [
+                    {"id": c.id, "workflow": c.workflow, "status": c.status} for c in children
+                ],
+            }
+        )
+        return
+    _print_header(run, events, children)
+    _print_timeline(run, steps, events)
+
+
+def _children(app: App, run_id: str) -> list[Run]:
+    found: list[Run] = []
+    cursor = None
+    while True:
+        page = app.list_runs(parent_id=run_id, limit=1000, cursor=cursor)
+        found.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            return found
+
+
+def _took(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return "-"
+    seconds = (end - start).total_seconds()
+    return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
+def _print_header(run: Run, events: list[Event], children: list[Run]) -> None:
+    console.print(Text.assemble((run.id, "bold"), " ", _version(run), " ", (run.status, "bold")))
+    console.print(
+        f"created {run.created_at.isoformat()}  attempt {run.attempt}  "
+        f"took {_took(run.created_at, run.completed_at)}"
+    )
+    if run.parent_id is not None:
+        console.print(f"parent: {run.parent_id} (its step {run.parent_step})")
+    for child in children:
+        console.print(f"child:  {child.id} {_version(child)} {child.status}")
+    waiting = _waits_for(run, events)
+    if waiting:
+        console.print(f"waits for: {waiting}")
+    console.print(f"input:  {literal(run.input)}")
+    if run.output is not None:
+        console.print(f"output: {literal(run.output)}")
+    if run.error:
+        console.print(f"error:  {run.error.get('type')}: {run.error.get('message')}")
+
+
+def _waits_for(run: Run, events: list[Event]) -> str | None:
+    """What a live run waits for, in words."""
+    if run.status == "pending":
+        if run.version is None:
+            return f"a worker that serves {run.workflow} (no process has registered it yet)"
+        return "a free worker" + ("" if run.wake_at is None else f", from {run.wake_at}")
+    if run.status != "waiting":
+        return None
+    parked = next((e.data for e in reversed(events) if e.type == "waiting"), None) or {}
+    until = "" if run.wake_at is None else f" (until {run.wake_at.isoformat()})"
+    reason = run.wake_reason
+    if reason == "event":
+        names = ", ".join(parked.get("events") or []) or "an event"
+        return f"event {names}{until}"
+    if reason == "sleep":
+        return f"a timer{until}"
+    if reason == "retry":
+        return f"its next attempt{until}"
+    if reason == "child":
+        return f"a child run{until}"
+    if reason == "version":
+        return f"a worker with version {run.version}{until}"
+    return f"a worker{until}"
+
+
+def _print_timeline(run: Run, steps: list[Step], events: list[Event]) -> None:
+    failures: dict[str, list[str]] = {}
+    for event in events:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.type in ("step_retrying", "step_failed") and "step" in data:
+            error = data.get("error") or {}
+            line = (
+                f"attempt {data.get('attempt')} failed: {error.get('type')}: {error.get('message')}"
+            )
+            if event.type == "step_retrying":
+                line += f" (retried after {data.get('delay')}s)"
+            failures.setdefault(str(data["step"]), []).append(line)
+    grid = table("at", "took", "step", "kind", "status", "attempts")
+    for step in steps:
+        at = "-" if step.started_at is None else f"+{_took(run.created_at, step.started_at)}"
+        grid.add_row(
+            at,
+            _took(step.started_at, step.completed_at),
+            step.name,
+            step.kind,
+            step.status,
+            str(step.attempts),
+        )
+        for line in failures.get(step.name, []):
+            grid.add_row("", "", f"  {line}", "", "", "")
+    console.print(grid)
