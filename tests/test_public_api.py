@@ -4,7 +4,7 @@ import perdure
 
 EXPECTED = {
     "App", "BackendError", "ChildTimeout", "ConfigurationError", "Context", "DeadlineExceeded",
-    "Event", "LeaseLost", "MissingDependencyError", "NonDeterminismError", "NonRetriableError",
+    "Event", "MissingDependencyError", "NonDeterminismError", "NonRetriableError",
     "NotFoundError", "Page", "Published", "RetryAfter", "RetryPolicy", "Run", "RunHandle",
     "RunNotFound", "SchemaVersionError", "SerializationError", "Step", "StepApi", "StepFailed",
     "PerdureError", "PoisonRun", "StepLimitExceeded", "StepTimeout", "TimeoutError",
@@ -29,3 +29,17 @@ def test_errors_share_one_base_and_builtin_mixins() -> None:
     assert issubclass(perdure.SerializationError, ValueError)
     assert issubclass(perdure.RunNotFound, LookupError)
     assert issubclass(perdure.TimeoutError, TimeoutError)
+
+
+def test_every_exported_error_is_raised_or_stored_somewhere() -> None:
+    """An exported error class that nothing raises or records is dead weight."""
+    from pathlib import Path
+
+    source = "\n".join(
+        p.read_text() for p in Path(perdure.__file__).parent.rglob("*.py") if p.name != "errors.py"
+    )
+    bases = {"PerdureError", "NotFoundError", "ValidationError", "BackendError"}
+    for name in EXPECTED:
+        obj = getattr(perdure, name)
+        if isinstance(obj, type) and issubclass(obj, BaseException) and name not in bases:
+            assert f"{name}(" in source, f"{name} is exported but never raised or stored"

@@ -9,8 +9,7 @@ PerdureError
 ├── NotFoundError (+LookupError)
 │   └── RunNotFound
 ├── BackendError                         storage failure; the driver error is __cause__
-│   ├── SchemaVersionError               database schema newer than this code
-│   └── LeaseLost                        a fenced write was rejected (zombie worker)
+│   └── SchemaVersionError               database schema newer than this code
 ├── StepFailed                           raised in the body when a step failed for good
 ├── WorkflowFailed                       from result()/run(); .error holds the cause
 ├── WorkflowCancelled
@@ -41,7 +40,6 @@ __all__ = [
     "ChildTimeout",
     "ConfigurationError",
     "DeadlineExceeded",
-    "LeaseLost",
     "MissingDependencyError",
     "NonDeterminismError",
     "NotFoundError",
@@ -108,10 +106,6 @@ class BackendError(PerdureError):
 
 class SchemaVersionError(BackendError):
     """The database schema does not match this version of perdure."""
-
-
-class LeaseLost(BackendError):
-    """The worker no longer holds the run's lease; the write was rejected and nothing stored."""
 
 
 class StepFailed(PerdureError):

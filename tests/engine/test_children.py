@@ -106,3 +106,21 @@ def test_a_cancelled_parent_cancels_its_children_and_grandchildren(app: App) -> 
         low = wait_for(lambda: app.list_runs(parent_id=mid.id).items)[0]
         assert app.cancel(handle.id) is True
     assert [app.get_run(r).status for r in (handle.id, mid.id, low.id)] == ["cancelled"] * 3
+
+
+def test_a_parent_past_its_deadline_cancels_its_live_children(app: App) -> None:
+    @app.workflow
+    async def waiter(ctx: Context, _: object) -> object:
+        return await ctx.step.wait_for_event("never")
+
+    @app.workflow(deadline="1s")
+    async def parent(ctx: Context, _: object) -> None:
+        await ctx.step.run_workflow("child", waiter, None)
+
+    with app.worker():
+        handle = app.start(parent)
+        with pytest.raises(WorkflowFailed) as info:
+            handle.result(timeout=30)
+    assert info.value.error["type"] == "DeadlineExceeded"
+    (child,) = app.list_runs(parent_id=handle.id).items
+    assert child.status == "cancelled"
