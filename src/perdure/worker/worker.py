@@ -16,7 +16,6 @@ Polling is the fallback, never the main path.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import os
 import signal
@@ -34,13 +33,7 @@ from ..backends.base import Backend
 from ..durations import Duration, to_seconds
 from ..engine.run_log import log_run
 from ..engine.runner import Runner, RunServices
-from ..errors import (
-    BackendError,
-    ConfigurationError,
-    PoisonRun,
-    SchemaVersionError,
-    ValidationError,
-)
+from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
 from ..names import validate_pattern
 from ..records import (
@@ -54,12 +47,10 @@ from ..records import (
     WorkerInfo,
 )
 from .committer import Committer
+from .startup import StoppedAtStart, until_reachable
+from .wakes import WakeTimes
 
 T = TypeVar("T")
-
-
-class _StoppedAtStart(Exception):
-    """The worker was stopped before the database answered."""
 
 
 if TYPE_CHECKING:
@@ -135,7 +126,7 @@ class Worker:
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
         self._hard = False
-        self._wakes: list[datetime] = []  # heap of wake times of runs this worker parked
+        self._wakes = WakeTimes()  # wake times of runs this worker parked
         self._clock_offset = 0.0  # database clock minus local clock, seconds
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -270,23 +261,7 @@ class Worker:
         return backend, pairs
 
     async def _until_reachable(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """``attempt()``, retried while the database is unreachable (a worker may start
-        before its database, or while it restarts). A schema newer than this code is
-        not retried; a stop meanwhile raises `_StoppedAtStart`."""
-        failures = 0
-        while True:
-            try:
-                return await attempt()
-            except SchemaVersionError:
-                raise
-            except BackendError as exc:
-                failures += 1
-                delay = min(5.0, 0.1 * 2**failures)
-                if not self._stopping:
-                    log.warning("database unreachable at start (%s); retrying in %.1fs", exc, delay)
-                    await self._sleep(delay)
-                if self._stopping:
-                    raise _StoppedAtStart from exc
+        return await until_reachable(attempt, stopping=lambda: self._stopping, sleep=self._sleep)
 
     def _poll(self, backend: Backend) -> float:
         if self._poll_interval is not None:
@@ -300,7 +275,7 @@ class Worker:
         quiet_repeats()
         try:
             backend, pairs = await self._start_up()
-        except _StoppedAtStart:
+        except StoppedAtStart:
             return  # stopped before the database answered
         unsubscribe = await backend.subscribe(self._on_notice)
         # A commit is retried through a database outage of up to two minutes (or four
@@ -410,10 +385,7 @@ class Worker:
             except BackendError:
                 known = None
         now = self._db_now()
-        # Wakes well past are claimed by now (or the database's next_wake_at has them).
-        while self._wakes and self._wakes[0] <= now - timedelta(milliseconds=100):
-            heapq.heappop(self._wakes)
-        candidates = [t for t in (known, self._wakes[0] if self._wakes else None) if t is not None]
+        candidates = [t for t in (known, self._wakes.earliest(now)) if t is not None]
         if not candidates:
             return poll
         delay = (min(candidates) - now).total_seconds()
@@ -453,12 +425,7 @@ class Worker:
             )
 
     def _note_wake(self, when: datetime | None) -> None:
-        if when is None:
-            return
-        heapq.heappush(self._wakes, when)
-        if len(self._wakes) > 10_000:  # a bound; the database's next_wake_at covers the rest
-            self._wakes = heapq.nsmallest(5_000, self._wakes)
-        if self._wakeup is not None and self._wakes[0] == when:
+        if when is not None and self._wakes.add(when) and self._wakeup is not None:
             self._wakeup.set()  # an earlier wake than the loop is sleeping towards
 
     def _start(self, claim: Claim, services: RunServices) -> None:
