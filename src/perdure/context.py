@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from .durations import MAX_SECONDS, Duration, to_seconds
 from .errors import ValidationError
@@ -22,11 +22,55 @@ from .serialization import encode
 from .typed import rebuild, return_type
 
 if TYPE_CHECKING:
-    from .engine.runner import Runner
+    from .records import Run
 
-__all__ = ["Context", "RunLog", "StepApi"]
+__all__ = ["Context", "RunLog", "StepApi", "StepRuntime"]
 
 T = TypeVar("T")
+
+
+class StepRuntime(Protocol):
+    """What `Context` needs from the engine executing the pass (the engine implements
+    it; this module never imports the engine, so the import graph points one way)."""
+
+    @property
+    def run(self) -> Run:
+        """The run being executed."""
+
+    @property
+    def step_key(self) -> str | None:
+        """The key of the step the body reached last."""
+
+    @property
+    def replaying(self) -> bool:
+        """True while the body re-executes steps already journaled."""
+
+    def now(self) -> datetime:
+        """The database clock."""
+
+    async def run_step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        rollback: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """Run (or replay) one step."""
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """Park durably until ``when``."""
+
+    async def wait_for_event(
+        self, name: str, event: str, match_json: str | None, timeout: float | None
+    ) -> Any:
+        """Park until the event arrives or the timeout passes."""
+
+    async def run_child(
+        self, name: str, workflow: str, input_json: str, timeout: float | None
+    ) -> Any:
+        """Start a child run once and wait for it."""
 
 
 class StepApi:
@@ -39,7 +83,7 @@ class StepApi:
 
     __slots__ = ("_runner",)
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: StepRuntime) -> None:
         self._runner = runner
 
     @overload
@@ -200,7 +244,7 @@ class RunLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     while the body replays steps already journaled, so a line is written once per real
     execution, and tags each record with ``run_id``, ``workflow`` and ``step``."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: StepRuntime) -> None:
         super().__init__(logging.getLogger("perdure.workflow"), {})
         self._runner = runner
 
@@ -234,7 +278,7 @@ class Context:
 
     __slots__ = ("_runner", "cancelled", "log", "step")
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: StepRuntime) -> None:
         self._runner = runner
         self.step = StepApi(runner)
         self.cancelled = asyncio.Event()

@@ -49,3 +49,8 @@ def find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
             if found is not None:
                 return found
     return None
+
+
+def engine_error(error: Exception) -> dict[str, Any]:
+    """The stored form of an error the engine raises: its class name and message."""
+    return {"type": type(error).__name__, "message": str(error)}
