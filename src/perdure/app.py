@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import concurrent.futures
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
+from ._connections import Connections
 from ._local import Outcome, outcomes
 from ._portal import Portal
-from .backends import create_backend
 from .backends.base import Backend
 from .durations import Duration, to_seconds
 from .errors import (
@@ -47,7 +45,6 @@ from .records import (
     Run,
     Step,
     WorkerInfo,
-    WorkflowRecord,
     WorkflowSummary,
 )
 from .retry import RetryPolicy
@@ -62,7 +59,6 @@ __all__ = ["App"]
 F = TypeVar("F", bound=Body)
 WorkflowRef = str | Callable[..., Any]
 
-_SHARED = "shared"
 
 log = logging.getLogger("perdure")
 
@@ -97,16 +93,7 @@ class App:
         self.settings = Settings.load(database_url, schema=schema, **settings)
         self._registry = Registry()
         self._portal = Portal()
-        self._migrate = migrate
-        self._migrated = False
-        self._lock = threading.Lock()
-        # Built now so a bad URL fails at construction; the backend itself says whether
-        # one instance may serve every event loop (SQLite) or one per loop is needed.
-        self._shared = self._new_backend().shareable_across_loops
-        self._opening: dict[object, concurrent.futures.Future[Backend]] = {}
-        self._ready: dict[object, Backend] = {}
-        self._loops: dict[object, asyncio.AbstractEventLoop] = {}
-        self._synced = -1
+        self._connections = Connections(self.settings, self._registry, migrate=migrate)
 
     def __repr__(self) -> str:
         from .backends import redact_url
@@ -192,7 +179,9 @@ class App:
     ) -> Worker:
         """A worker for this app's workflows; see `perdure.worker.Worker`."""
         return Worker(
-            self,
+            self._registry,
+            self._connections,
+            self.settings,
             concurrency=concurrency,
             workflows=workflows,
             lease=lease,
@@ -202,99 +191,18 @@ class App:
 
     # ------------------------------------------------------------------ backends
 
-    def _new_backend(self) -> Backend:
-        return create_backend(self.settings.database_url, schema=self.settings.schema)
-
     async def _backend(self) -> Backend:
-        loop = asyncio.get_running_loop()
-        key: object = _SHARED if self._shared else loop
-        backend = self._ready.get(key)
-        if backend is None:
-            backend = await self._open_for(key, loop)
-        if self._synced != self._registry.generation:
-            await self._sync_registry(backend)
-        return backend
-
-    async def _open_for(self, key: object, loop: asyncio.AbstractEventLoop) -> Backend:
-        with self._lock:
-            future = self._opening.get(key)
-            creator = future is None
-            if future is None:
-                future = concurrent.futures.Future()
-                self._opening[key] = future
-        if creator:
-            backend = self._new_backend()
-            try:
-                await backend.open()
-                if self._migrate and not self._migrated:
-                    await backend.migrate()
-                    self._migrated = True
-            except BaseException as exc:
-                with self._lock:
-                    self._opening.pop(key, None)
-                future.set_exception(exc)
-                await backend.close()  # a pool opened before migrate failed
-                raise
-            with self._lock:
-                self._ready[key] = backend
-                self._loops[key] = loop
-            future.set_result(backend)
-        return await asyncio.wrap_future(future)
-
-    async def _sync_registry(self, backend: Backend) -> None:
-        generation = self._registry.generation
-        definitions = self._registry.all()
-        if definitions:
-            await backend.register_workflows(
-                [WorkflowRecord(d.name, d.version, d.options()) for d in definitions]
-            )
-            for definition in definitions:
-                for pattern in definition.on:
-                    await backend.subscribe_topic(pattern, definition.name)
-        self._synced = generation
-
-    async def _release_loop_backend(self) -> None:
-        """Close the backend bound to the current loop (a worker's own loop ending)."""
-        if self._shared:
-            return
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            backend = self._ready.pop(loop, None)
-            self._opening.pop(loop, None)
-            self._loops.pop(loop, None)
-        if backend is not None:
-            await backend.close()
+        return await self._connections.backend()
 
     async def close_async(self) -> None:
         """Close the database connections this loop (and the shared backend) holds."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            keys = [k for k in self._ready if k is loop or k == _SHARED]
-            backends = [self._ready.pop(k) for k in keys]
-            for k in keys:
-                self._opening.pop(k, None)
-                self._loops.pop(k, None)
-        for backend in backends:
-            await backend.close()
+        await self._connections.close_async()
 
     def close(self) -> None:
         """Close every database connection of the app and stop its portal thread."""
-        portal_loop = self._portal.loop
-        if portal_loop is not None:
+        if self._portal.loop is not None:
             self._portal.call(self.close_async)
-        with self._lock:
-            leftovers = list(self._ready.items())
-            loops = dict(self._loops)
-            self._ready.clear()
-            self._opening.clear()
-            self._loops.clear()
-        for key, backend in leftovers:
-            loop = loops.get(key)
-            if loop is not None and loop.is_running():
-                try:
-                    asyncio.run_coroutine_threadsafe(backend.close(), loop).result(timeout=10)
-                except Exception:
-                    pass
+        self._connections.close_others()
         self._portal.close()
 
     def __enter__(self) -> App:
@@ -773,16 +681,7 @@ class App:
 
     async def migrate_async(self) -> int:
         """Apply pending schema migrations; returns the schema version."""
-        # A connection of its own: the app's backends register workflows when they open,
-        # which needs the tables this creates.
-        backend = self._new_backend()
-        await backend.open()
-        try:
-            version = await backend.migrate()
-        finally:
-            await backend.close()
-        self._migrated = True
-        return version
+        return await self._connections.migrate()
 
     def migrate(self) -> int:
         """Apply pending schema migrations; see `migrate_async`."""

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .app import App
-    from .records import Run
+from .records import Run
 
-__all__ = ["RunHandle"]
+__all__ = ["RunClient", "RunHandle"]
+
+
+class RunClient(Protocol):
+    """The calls a handle forwards (`perdure.App` implements them)."""
+
+    async def result_async(self, run_id: str, timeout: float | None = None) -> Any: ...
+    def result(self, run_id: str, timeout: float | None = None) -> Any: ...
+    async def get_run_async(self, run_id: str) -> Run: ...
+    def get_run(self, run_id: str) -> Run: ...
+    async def cancel_async(self, run_id: str) -> bool: ...
+    def cancel(self, run_id: str) -> bool: ...
+    async def signal_async(
+        self, run_id: str, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> bool: ...
+    def signal(
+        self, run_id: str, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> bool: ...
 
 
 class RunHandle:
@@ -22,7 +37,7 @@ class RunHandle:
 
     def __init__(
         self,
-        app: App,
+        app: RunClient,
         run_id: str,
         workflow: str,
         *,

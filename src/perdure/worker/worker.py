@@ -32,7 +32,8 @@ from .._logging import quiet_repeats
 from ..backends.base import Backend
 from ..durations import Duration, to_seconds
 from ..engine.run_log import log_run
-from ..engine.runner import Runner, RunServices
+from ..engine.runner import Runner
+from ..engine.services import Execution, RunServices
 from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
 from ..names import validate_pattern
@@ -52,9 +53,10 @@ from .wakes import WakeTimes
 
 T = TypeVar("T")
 
-
 if TYPE_CHECKING:
-    from ..app import App
+    from .._connections import Connections
+    from ..settings import Settings
+    from ..workflow import Registry
 
 log = logging.getLogger("perdure.worker")
 
@@ -63,7 +65,7 @@ __all__ = ["Worker"]
 
 @dataclass(slots=True)
 class _Active:
-    runner: Runner
+    runner: Execution
     task: asyncio.Task[None]
 
 
@@ -71,7 +73,9 @@ class Worker:
     """Executes runs of the app's workflows. Create it with `App.worker`.
 
     Args:
-        app: the app whose registry and database the worker uses.
+        registry: the workflows it may serve.
+        connections: the app's database backends.
+        settings: the app's settings.
         concurrency: how many runs it executes at once. Default 10.
         workflows: glob patterns of workflow names to serve (``["billing.*"]``);
             default: every workflow registered on the app.
@@ -86,7 +90,9 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        registry: Registry,
+        connections: Connections,
+        settings: Settings,
         *,
         concurrency: int = 10,
         workflows: Iterable[str] | str | None = None,
@@ -98,7 +104,9 @@ class Worker:
             raise ValidationError(f"concurrency must be a positive integer, got {concurrency!r}")
         if isinstance(workflows, str):
             workflows = [workflows]
-        self.app = app
+        self._registry = registry
+        self._connections = connections
+        self._settings = settings
         self.id = new_worker_id()
         self.concurrency = concurrency
         self.patterns = (
@@ -233,8 +241,8 @@ class Worker:
 
     async def _start_up(self) -> tuple[Backend, tuple[tuple[str, int], ...]]:
         """Open the database and register this worker; the served (name, version) pairs."""
-        backend = await self._until_reachable(self.app._backend)
-        definitions = self.app._registry.select(self.patterns)
+        backend = await self._until_reachable(self._connections.backend)
+        definitions = self._registry.select(self.patterns)
         if not definitions:
             wanted = (
                 "any workflow"
@@ -284,11 +292,11 @@ class Worker:
         executor = ThreadPoolExecutor(
             max_workers=min(64, max(8, 2 * self.concurrency)), thread_name_prefix="perdure-step"
         )
-        settings = self.app.settings
+        settings = self._settings
         services = RunServices(
             commit=committer.submit,
             executor=executor,
-            registry=self.app._registry,
+            registry=self._registry,
             stopping=lambda: self._stopping,
             on_park=self._note_wake,
             max_step_attempts=settings.max_step_attempts,
@@ -320,7 +328,7 @@ class Worker:
             except BackendError as exc:
                 log.warning("could not deregister worker %s: %s", self.id, exc)
             executor.shutdown(wait=False, cancel_futures=True)
-            await self.app._release_loop_backend()
+            await self._connections.release_loop()
             log.info("worker %s stopped", self.id)
 
     async def _claim_loop(
@@ -434,7 +442,7 @@ class Worker:
             self._side.add(task)
             task.add_done_callback(self._side.discard)
             return
-        definition = self.app._registry.get(claim.run.workflow, claim.run.version)
+        definition = self._registry.get(claim.run.workflow, claim.run.version)
         if definition is None:  # the pairs filter makes this impossible; be safe anyway
             log.error("claimed run %s of unknown workflow %s", claim.run.id, claim.run.workflow)
             return
@@ -447,7 +455,8 @@ class Worker:
                 "replaying its journal",
             )
         runner = Runner(claim, definition, services)
-        task = asyncio.create_task(self._execute(runner), name=f"perdure-run-{claim.run.id}")
+        run_id = claim.run.id
+        task = asyncio.create_task(self._execute(run_id, runner), name=f"perdure-run-{run_id}")
         self._active[claim.run.id] = _Active(runner, task)
         self.claimed += 1
 
@@ -462,8 +471,7 @@ class Worker:
         except BackendError as exc:
             log.warning("could not fail poison run %s: %s", run.id, exc)
 
-    async def _execute(self, runner: Runner) -> None:
-        run_id = runner.run.id
+    async def _execute(self, run_id: str, runner: Execution) -> None:
         try:
             await runner.execute()
         except asyncio.CancelledError:
@@ -516,13 +524,13 @@ class Worker:
         return True
 
     async def _maintenance_loop(self, backend: Backend) -> None:
-        interval = self.app.settings.sweep_interval
+        interval = self._settings.sweep_interval
         if interval <= 0:
             return
         await asyncio.sleep(min(interval, 10.0))
         while True:
             try:
-                removed = await backend.sweep(self.app.settings.max_retention_days)
+                removed = await backend.sweep(self._settings.max_retention_days)
                 if removed:
                     log.info("retention sweep deleted %d finished run(s)", removed)
             except BackendError as exc:
