@@ -412,7 +412,7 @@ class App:
             ended.set()
 
         stop_listening = outcomes.listen(run_id, on_outcome)  # a worker of this process
-        unsubscribe = await backend.subscribe(on_notice)  # any process
+        unsubscribe = await backend.listen(on_notice)  # any process
         poll = 0.1 if backend.dialect == "sqlite" else 1.0
         give_up = None if limit is None else loop.time() + limit
         try:

@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 
 from perdure.backends.postgres import PostgresBackend
-from perdure.backends.postgres.backend import QUERIES
+from perdure.backends.postgres._conn import QUERIES
 from perdure.errors import RunNotFound, SchemaVersionError, ValidationError
 from perdure.ids import is_run_id, new_run_id
 from perdure.records import (
@@ -115,7 +115,7 @@ async def test_notices_reach_subscribers_of_another_instance(make_backend: Backe
     listener = await make_backend()
     producer = await make_backend()
     queue: asyncio.Queue[Notice] = asyncio.Queue()
-    unsubscribe = await listener.subscribe(queue.put_nowait)
+    unsubscribe = await listener.listen(queue.put_nowait)
 
     created = await producer.create_run(_new())
     run_id = created.run.id
@@ -133,7 +133,7 @@ async def test_notices_reach_subscribers_of_another_instance(make_backend: Backe
 
     await unsubscribe()
     second: asyncio.Queue[Notice] = asyncio.Queue()
-    await listener.subscribe(second.put_nowait)
+    await listener.listen(second.put_nowait)
     last = await producer.create_run(_new())
     await _next_notice(second, lambda n: n == Notice("wake", last.run.id))
     assert all(queue.get_nowait().run_id != last.run.id for _ in range(queue.qsize()))
@@ -145,7 +145,7 @@ async def test_listener_reconnects_after_its_connection_is_killed(
     listener = await make_backend()
     producer = await make_backend()
     queue: asyncio.Queue[Notice] = asyncio.Queue()
-    await listener.subscribe(queue.put_nowait)
+    await listener.listen(queue.put_nowait)
 
     admin = await _admin()
     try:
@@ -238,10 +238,10 @@ async def test_claim_and_apply_batch_take_one_round_trip_each(
     async def traced(action: Callable[[], Awaitable[object]]) -> list[str]:
         path = tmp_path / "trace.txt"
         with path.open("w") as out:
-            async with backend._pool.connection() as conn:  # type: ignore[union-attr]
+            async with backend._db.connection() as conn:
                 conn.pgconn.trace(out.fileno())
             await action()
-            async with backend._pool.connection() as conn:  # type: ignore[union-attr]
+            async with backend._db.connection() as conn:
                 conn.pgconn.untrace()
         messages = []
         for line in path.read_text().splitlines():

@@ -494,7 +494,7 @@ async def test_park_consumes_oldest_buffered_signal(backend: SQLiteBackend) -> N
     c = await claim_one(backend)
     waits = (WaitWrite("a", "go", '{"n":2}'), WaitWrite("b", "go", None))
     notices: list[Notice] = []
-    unsubscribe = await backend.subscribe(notices.append)
+    unsubscribe = await backend.listen(notices.append)
     await backend.apply([Transition(run_id, c.lease_token, waits=waits, outcome=Park("event"))])
     run = await backend.get_run(run_id)
     assert run is not None
@@ -755,7 +755,7 @@ async def test_notices_reach_every_backend_on_the_file(db_path: Path, clock: Fak
         got.append(notice)
         arrived.set()
 
-    unsubscribe = await listener.subscribe(on_notice)
+    unsubscribe = await listener.listen(on_notice)
     run_id = (await producer.create_run(new_run())).run.id
     await asyncio.wait_for(arrived.wait(), 5)
     assert got == [Notice("wake", run_id)]
@@ -766,7 +766,7 @@ async def test_notices_reach_every_backend_on_the_file(db_path: Path, clock: Fak
     # A subscriber still listening is the witness: once it heard the next notice, the
     # unsubscribed callback would have heard it too (delivery is in subscription order).
     witness: list[Notice] = []
-    stop_witness = await listener.subscribe(witness.append)
+    stop_witness = await listener.listen(witness.append)
     later = (await producer.create_run(new_run())).run.id
     await _until(lambda: Notice("wake", later) in witness)
     assert len(got) == 3

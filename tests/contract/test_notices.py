@@ -35,7 +35,7 @@ _warmups = itertools.count()
 async def _listen(source: Backend, subscriber: Backend) -> tuple[Notices, Unsubscribe]:
     """Subscribe on ``subscriber`` and wait until notices from ``source`` reach it."""
     notices = Notices()
-    unsubscribe = await subscriber.subscribe(notices)
+    unsubscribe = await subscriber.listen(notices)
     warm_ids: list[str] = []
 
     async def live() -> bool:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import LiteralString, cast
 
+from ..errors import SchemaVersionError
+
 __all__ = [
     "FunctionSet",
     "Migration",
@@ -111,3 +113,15 @@ def function_set(package: str) -> FunctionSet:
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     files = tuple((name, cast(LiteralString, text)) for name, text in entries)  # type: ignore[redundant-cast]
     return FunctionSet(files, digest.hexdigest())
+
+
+def pending_migrations(migrations: list[Migration], current: int) -> list[Migration]:
+    """The migrations a schema at version ``current`` still needs, in order; a schema
+    newer than every migration this perdure knows is refused (`SchemaVersionError`)."""
+    latest = migrations[-1].version if migrations else 0
+    if current > latest:
+        raise SchemaVersionError(
+            f"database schema version {current} is newer than this perdure "
+            f"(knows up to {latest}): upgrade perdure"
+        )
+    return [m for m in migrations if m.version > current]

@@ -24,6 +24,7 @@ Rules every implementation keeps:
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
@@ -48,7 +49,9 @@ from ..records import (
     WorkflowSummary,
 )
 
-__all__ = ["Backend", "NoticeCallback", "Unsubscribe"]
+__all__ = ["Backend", "NoticeCallback", "Unsubscribe", "deliver"]
+
+log = logging.getLogger("perdure.backends")
 
 NoticeCallback = Callable[[Notice], None]
 Unsubscribe = Callable[[], Awaitable[None]]
@@ -324,7 +327,18 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ notices
 
     @abc.abstractmethod
-    async def subscribe(self, callback: NoticeCallback) -> Unsubscribe:
+    async def listen(self, callback: NoticeCallback) -> Unsubscribe:
         """Call ``callback`` (on the subscriber's event loop) for every notice from
         any process using this database (SQLite: this process only). Returns an
         async function that unsubscribes."""
+
+
+def deliver(callbacks: Sequence[NoticeCallback], notices: Sequence[Notice]) -> None:
+    """Hand each notice to each callback; a callback that fails is logged, never raised
+    into the backend that delivers."""
+    for callback in callbacks:
+        for notice in notices:
+            try:
+                callback(notice)
+            except Exception:
+                log.exception("notice callback %r failed", callback)

@@ -285,7 +285,7 @@ class Worker:
             backend, pairs = await self._start_up()
         except StoppedAtStart:
             return  # stopped before the database answered
-        unsubscribe = await backend.subscribe(self._on_notice)
+        unsubscribe = await backend.listen(self._on_notice)
         # A commit is retried through a database outage of up to two minutes (or four
         # leases): the fence makes retrying safe, and the run stays this worker's.
         committer = Committer(backend, give_up=max(120.0, 4 * self.lease))

@@ -16,13 +16,14 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from ...records import Notice
+from ..base import NoticeCallback, Unsubscribe, deliver
 
 __all__ = ["Listener", "parse_notice"]
 
@@ -54,18 +55,30 @@ class Listener:
         connect_kwargs: dict[str, Any],
         statements: Sequence[sql.Composed | sql.SQL],
         ping: sql.Composed | sql.SQL,
-        dispatch: Callable[[Notice], None],
     ) -> None:
         self._conninfo = conninfo
         self._kwargs = connect_kwargs
         self._statements = list(statements)
         self._ping = ping
-        self._dispatch = dispatch
+        self._callbacks: list[NoticeCallback] = []
         self._task: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._ready = asyncio.Event()
         #: Successful (re)connections so far (tests watch it).
         self.connections = 0
+
+    def add(self, callback: NoticeCallback) -> Unsubscribe:
+        """Call ``callback`` for every notice from now on; returns the way to stop."""
+        self._callbacks.append(callback)
+
+        async def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+
+        return remove
+
+    def _dispatch(self, notice: Notice) -> None:
+        deliver(list(self._callbacks), (notice,))
 
     @property
     def backend_pid(self) -> int | None:
@@ -88,6 +101,7 @@ class Listener:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._close()
+        self._callbacks.clear()
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None

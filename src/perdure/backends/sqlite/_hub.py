@@ -17,20 +17,13 @@ import weakref
 from collections.abc import Callable, Sequence
 
 from ...records import Notice
+from ..base import deliver
 
 __all__ = ["NoticeHub", "hub_for"]
 
 log = logging.getLogger("perdure.backends.sqlite")
 
 _Callback = Callable[[Notice], None]
-
-
-def _deliver(callback: _Callback, notices: tuple[Notice, ...]) -> None:
-    for notice in notices:
-        try:
-            callback(notice)
-        except Exception:
-            log.exception("notice callback %r failed", callback)
 
 
 class NoticeHub:
@@ -63,7 +56,7 @@ class NoticeHub:
                 self.remove(token)
                 continue
             try:
-                loop.call_soon_threadsafe(_deliver, callback, batch)
+                loop.call_soon_threadsafe(deliver, (callback,), batch)
             except RuntimeError:  # the loop closed meanwhile
                 self.remove(token)
 

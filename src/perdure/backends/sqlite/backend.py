@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ...errors import BackendError, ConfigurationError, SchemaVersionError, ValidationError
+from ...errors import BackendError, ConfigurationError, ValidationError
 from ...records import (
     RUN_STATUSES,
     Claim,
@@ -49,6 +49,7 @@ from ...records import (
     WorkflowSummary,
 )
 from .._cursor import decode_cursor, encode_cursor
+from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, Unsubscribe
 from . import _ops, _worker_ops
 from ._convert import INFINITY, dumps, micro, to_dt, to_event, to_run, to_step, to_ts, to_worker
@@ -338,7 +339,7 @@ class SQLiteBackend(Backend):
 
     # ------------------------------------------------------------------ notices
 
-    async def subscribe(self, callback: NoticeCallback) -> Unsubscribe:
+    async def listen(self, callback: NoticeCallback) -> Unsubscribe:
         token = self._hub.add(asyncio.get_running_loop(), callback)
         with self._lock:
             self._subscriptions.add(token)
@@ -364,14 +365,7 @@ def _migrate(s: Session) -> int:
         s.conn.execute(QUERIES["create_schema_version"])
         row = s.one(QUERIES["current_schema_version"], {})
         current = 0 if row is None else int(row["version"])
-        if current > latest:
-            raise SchemaVersionError(
-                f"database schema version {current} is newer than this perdure "
-                f"(knows up to {latest}): upgrade perdure"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= current:
-                continue
+        for migration in pending_migrations(MIGRATIONS, current):
             for statement in split_statements(migration.sql):
                 s.conn.execute(statement)
             s.run(QUERIES["insert_schema_version"], {"version": migration.version, "now": now})
