@@ -439,3 +439,101 @@ async def test_stale_token_writes_nothing(make_backend: BackendFactory) -> None:
     assert run.status == "running"
     types = [e.type for e in await backend.get_events(run_id)]
     assert types == ["created", "claimed", "lease_expired", "claimed", "step_completed"]
+
+
+# --------------------------------------------------------------------------- the clock seam
+
+
+async def _shift_clock(admin: psycopg.AsyncConnection[tuple[object, ...]], hours: int) -> None:
+    """What a test clock does: replace perdure_now() by pg_catalog.now() plus an offset."""
+    await admin.execute(
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION perdure_now() RETURNS timestamptz "
+            "LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT pg_catalog.now() + {} $$"
+        ).format(sql.Literal(timedelta(hours=hours)))
+    )
+
+
+async def test_moving_the_clock_seam_moves_due_times_and_leases(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    backend = await make_backend()
+    before = await backend.now()
+    later = await backend.create_run(_new(delay=3600.0))
+    held = await backend.create_run(_new())
+    params = ClaimParams("w1", (("wf", 1),), 10, 30.0)
+    claimed = await backend.claim_runs(params)
+    assert [c.run.id for c in claimed] == [held.run.id]  # the delayed run is not due
+
+    await _shift_clock(admin, 2)
+    assert await backend.now() - before > timedelta(hours=1, minutes=59)
+    again = await backend.claim_runs(ClaimParams("w2", (("wf", 1),), 10, 30.0))
+    # the delayed run is due now, and the first worker's 30 s lease has expired
+    assert {c.run.id for c in again} == {later.run.id, held.run.id}
+    recovered = next(c for c in again if c.run.id == held.run.id)
+    assert recovered.recovered
+
+
+# --------------------------------------------------------------------------- upgrades
+
+
+_CATALOG = """
+SELECT 'column', c.relname || '.' || a.attname,
+       format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' '
+       || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE c.relnamespace = %(schema)s::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+  AND c.relkind IN ('r', 'v')
+UNION ALL
+SELECT 'index', indexname, indexdef FROM pg_indexes WHERE schemaname = %(schema)s::text
+UNION ALL
+SELECT 'constraint', conrelid::regclass::text || '.' || conname, pg_get_constraintdef(oid)
+FROM pg_constraint WHERE connamespace = %(schema)s::regnamespace
+UNION ALL
+SELECT 'function', p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+       md5(p.prosrc) || ' ' || coalesce(p.proconfig::text, '') || ' '
+       || p.prosecdef::text || ' ' || p.provolatile::text || ' ' || coalesce(p.proacl::text, '')
+FROM pg_proc p WHERE p.pronamespace = %(schema)s::regnamespace
+ORDER BY 1, 2
+"""
+
+
+async def _catalog(
+    admin: psycopg.AsyncConnection[tuple[object, ...]], schema: str
+) -> list[tuple[str, str, str]]:
+    cur = await admin.execute(_CATALOG, {"schema": schema})
+
+    def plain(text: object) -> str:  # names are qualified when not on the search path
+        return str(text).replace(f"{schema}.", "").replace(schema, "<schema>")
+
+    return [(str(kind), plain(name), plain(text)) for kind, name, text in await cur.fetchall()]
+
+
+async def test_an_upgraded_install_is_the_same_as_a_fresh_one(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    """The upgraded schema starts one migration behind, with the functions of an older
+    perdure (stale digest and version, one function missing, one out of date)."""
+    from perdure.backends.postgres._schema import migrate
+
+    fresh = await make_backend()
+    latest = await fresh.migrate()
+    old = "swt_" + secrets.token_hex(6)
+    upgraded = PostgresBackend(DSN, schema=old)
+    await upgraded.open()
+    try:
+        await migrate(upgraded._db, old, up_to=latest - 1)
+        await migrate(upgraded._db, old)
+        stale = sql.SQL(
+            "UPDATE {s}.functions_applied SET digest = 'old', perdure_version = '0.0.1';"
+            "DROP FUNCTION {s}.check_event(text, jsonb);"
+            "CREATE OR REPLACE FUNCTION {s}.like_pattern(p_pattern text) RETURNS text "
+            "LANGUAGE sql IMMUTABLE AS $$ SELECT p_pattern $$"
+        ).format(s=sql.Identifier(old))
+        await admin.execute(stale)
+        assert await upgraded.migrate() == latest
+        assert await _catalog(admin, old) == await _catalog(admin, fresh.schema)
+    finally:
+        await upgraded.close()
+        await admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(old)))

@@ -99,6 +99,13 @@ class FunctionSet:
     files: tuple[tuple[str, LiteralString], ...]
     digest: str
 
+    def text_of(self, name: str) -> LiteralString:
+        """The text of one file of the set."""
+        for file_name, text in self.files:
+            if file_name == name:
+                return text
+        raise KeyError(name)
+
 
 def function_set(package: str) -> FunctionSet:
     """Load ``<package>/sql/functions/*.sql`` in name order."""

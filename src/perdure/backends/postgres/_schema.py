@@ -19,6 +19,9 @@ from ._conn import QUERIES, PgConnections
 
 log = logging.getLogger("perdure.backends.postgres")
 
+#: The function file of the clock seam, ``perdure_now()``.
+CLOCK_FILE = "00_perdure_now.sql"
+
 
 def ident(query: LiteralString, name: str) -> sql.Composed:
     """``query`` with ``{ident}`` replaced by the quoted identifier ``name`` (the only
@@ -26,9 +29,12 @@ def ident(query: LiteralString, name: str) -> sql.Composed:
     return sql.SQL(query).format(ident=sql.Identifier(name))
 
 
-async def migrate(db: PgConnections, schema: str) -> int:
-    """Bring ``schema`` up to date; returns its version."""
+async def migrate(db: PgConnections, schema: str, *, up_to: int | None = None) -> int:
+    """Bring ``schema`` up to date; returns its version. ``up_to`` stops after that
+    migration, without the functions (tests build an older install with it)."""
     migrations = load_migrations(__package__)
+    if up_to is not None:
+        migrations = [m for m in migrations if m.version <= up_to]
     latest = migrations[-1].version if migrations else 0
     async with db.connection() as conn, conn.transaction():
         await conn.execute(QUERIES["migrate_lock"], {"schema": schema})
@@ -36,6 +42,9 @@ async def migrate(db: PgConnections, schema: str) -> int:
         if not (await cur.fetchone() or (False,))[0]:
             await conn.execute(ident(QUERIES["create_schema"], schema))
         await conn.execute(ident(QUERIES["set_local_search_path"], schema))
+        cur = await conn.execute(QUERIES["clock_exists"])
+        if not (await cur.fetchone() or (False,))[0]:  # the tables' defaults read it
+            await conn.execute(function_set(__package__).text_of(CLOCK_FILE))
         await conn.execute(QUERIES["create_schema_version"])
         cur = await conn.execute(QUERIES["schema_version"])
         row = await cur.fetchone()
@@ -44,7 +53,8 @@ async def migrate(db: PgConnections, schema: str) -> int:
             log.info("applying migration %s to schema %s", migration.name, schema)
             await conn.execute(migration.sql)
             await conn.execute(QUERIES["record_migration"], {"version": migration.version})
-        await _apply_functions(conn, schema)
+        if up_to is None:
+            await _apply_functions(conn, schema)
     return max(current, latest)
 
 

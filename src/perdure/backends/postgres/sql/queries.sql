@@ -23,11 +23,15 @@ CREATE SCHEMA IF NOT EXISTS {ident}
 -- Point unqualified names at the perdure schema for the rest of this transaction.
 SET LOCAL search_path TO {ident}, pg_temp
 
+-- name: clock_exists
+-- Whether the schema on the search path has its clock function, perdure_now().
+SELECT to_regprocedure('perdure_now()') IS NOT NULL
+
 -- name: create_schema_version
 -- The table that records applied migrations (also created by 0001).
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT perdure_now()
 )
 
 -- name: schema_version
@@ -69,14 +73,14 @@ SET LOCAL synchronous_commit TO off
 
 -- name: now
 -- The database clock.
-SELECT now()
+SELECT perdure_now()
 
 -- name: register_workflows
 -- Upsert workflow definitions into the registry.
 INSERT INTO workflows (name, version, options)
 SELECT w.name, w.version, w.options::jsonb
 FROM unnest(%(names)s::text[], %(versions)s::integer[], %(options)s::text[]) AS w(name, version, options)
-ON CONFLICT (name, version) DO UPDATE SET options = excluded.options, registered_at = now()
+ON CONFLICT (name, version) DO UPDATE SET options = excluded.options, registered_at = perdure_now()
 
 -- name: get_workflow
 -- One registered definition: the given version, or the highest when it is NULL.
@@ -196,21 +200,21 @@ SELECT DISTINCT name, NULL, 0 FROM workflows
 -- Upsert a worker row; last_seen_at is the database's now.
 INSERT INTO workers (id, host, pid, workflows, concurrency, started_at, last_seen_at, stopped_at)
 VALUES (%(id)s, %(host)s, %(pid)s::integer, %(workflows)s::jsonb, %(concurrency)s::integer,
-        %(started_at)s::timestamptz, now(), %(stopped_at)s::timestamptz)
+        %(started_at)s::timestamptz, perdure_now(), %(stopped_at)s::timestamptz)
 ON CONFLICT (id) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, workflows = excluded.workflows,
     concurrency = excluded.concurrency, started_at = excluded.started_at,
-    last_seen_at = now(), stopped_at = excluded.stopped_at
+    last_seen_at = perdure_now(), stopped_at = excluded.stopped_at
 
 -- name: deregister_worker
 -- Mark a worker stopped.
-UPDATE workers SET stopped_at = now() WHERE id = %(id)s
+UPDATE workers SET stopped_at = perdure_now() WHERE id = %(id)s
 
 -- name: list_workers
 -- Workers seen within the last N seconds, newest first.
 SELECT id, host, pid, workflows, concurrency, started_at, last_seen_at, stopped_at
 FROM workers
-WHERE last_seen_at >= now() - make_interval(secs => %(seconds)s::double precision)
+WHERE last_seen_at >= perdure_now() - make_interval(secs => %(seconds)s::double precision)
 ORDER BY last_seen_at DESC, id
 
 -- name: claim_runs
@@ -229,7 +233,7 @@ due AS (
                                 WHERE s.workflow = r.workflow)) AS version
     FROM runs r
     WHERE r.status IN ('pending', 'waiting', 'running')
-      AND r.available_at <= now()
+      AND r.available_at <= perdure_now()
       AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
            OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
     ORDER BY r.priority, r.available_at
@@ -242,14 +246,14 @@ claimed AS (
         version = due.version,
         -- Never a token handed out before, even by a claim a crash undid (claims
         -- commit without waiting for their WAL flush): see docs/storage.md.
-        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM now()) * 1000)::bigint),
+        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
         lease_owner = %(worker)s::text,
-        lease_expires_at = now() + make_interval(secs => %(lease)s::double precision),
-        available_at = now() + make_interval(secs => %(lease)s::double precision),
-        started_at = coalesce(r.started_at, now()),
+        lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        started_at = coalesce(r.started_at, perdure_now()),
         wake_reason = NULL,
         claims_since_progress = r.claims_since_progress + 1,
-        updated_at = now()
+        updated_at = perdure_now()
     FROM due
     WHERE r.id = due.id
     RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
@@ -269,7 +273,7 @@ SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.atte
        NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
        c.updated_at, c.parent_step,
        c.lease_token, c.claims_since_progress, c.step_attempts,
-       c.previous_status = 'running', now(),
+       c.previous_status = 'running', perdure_now(),
        (SELECT json_agg(json_build_array(s.key, s.kind, s.status, s.output, s.error, s.attempts,
                                          s.started_at, s.completed_at) ORDER BY s.seq)
         FROM steps s WHERE s.run_id = c.id),
@@ -282,7 +286,7 @@ ORDER BY c.priority, c.id
 -- Renew the leases still held (same token, running), locking rows in id order, and
 -- touch the worker's last_seen_at; returns the ids still held.
 WITH seen AS (
-    UPDATE workers SET last_seen_at = now() WHERE id = %(worker)s
+    UPDATE workers SET last_seen_at = perdure_now() WHERE id = %(worker)s
 ),
 held AS (
     SELECT r.id
@@ -294,15 +298,15 @@ held AS (
     FOR UPDATE OF r
 )
 UPDATE runs AS r SET
-    lease_expires_at = now() + make_interval(secs => %(lease)s::double precision),
-    available_at = now() + make_interval(secs => %(lease)s::double precision)
+    lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+    available_at = perdure_now() + make_interval(secs => %(lease)s::double precision)
 FROM held
 WHERE r.id = held.id
 RETURNING r.id
 
 -- name: release_orphans
 -- Make runs leased to this worker but not among the ids it holds claimable now.
-UPDATE runs SET lease_expires_at = now(), available_at = now()
+UPDATE runs SET lease_expires_at = perdure_now(), available_at = perdure_now()
 WHERE status = 'running'
   AND lease_owner = %(worker)s
   AND id <> ALL(%(ids)s::text[])
@@ -328,8 +332,8 @@ WITH fence AS (
                       (SELECT min(w.timeout_at) FROM waits w
                        WHERE w.run_id = r.id AND w.key <> ALL (%(keys)s::text[]))),
                 'infinity')
-            WHEN 'retry' THEN coalesce(least(%(wake_at)s::timestamptz, r.deadline_at), now())
-            WHEN 'release' THEN now()
+            WHEN 'retry' THEN coalesce(least(%(wake_at)s::timestamptz, r.deadline_at), perdure_now())
+            WHEN 'release' THEN perdure_now()
             ELSE 'infinity' END,
         wake_reason = CASE %(outcome)s::text
             WHEN 'none' THEN r.wake_reason
@@ -342,10 +346,10 @@ WITH fence AS (
             WHEN 'fail' THEN %(error)s::jsonb
             WHEN 'retry' THEN %(error)s::jsonb
             ELSE r.error END,
-        completed_at = CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN now() END,
+        completed_at = CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN perdure_now() END,
         step_attempts = r.step_attempts + %(step_attempts)s::integer,
         claims_since_progress = 0,
-        updated_at = now()
+        updated_at = perdure_now()
     WHERE r.id = %(run_id)s::text AND r.lease_token = %(token)s::bigint AND r.status = 'running'
     RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at
 ),
@@ -353,7 +357,7 @@ written AS (
     INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
                             started_at, completed_at, recorded_at)
     SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
-           u.started_at, coalesce(u.completed_at, now()), now()
+           u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
     FROM fence f
     CROSS JOIN unnest(%(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[],
                       %(outputs)s::text[], %(errors)s::text[], %(attempts)s::integer[],
@@ -396,7 +400,7 @@ logged AS (
 )
 SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
        CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id) END,
-       CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= now()
+       CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= perdure_now()
             THEN send_notice('w', f.id) END,
        -- A child's end: the parent's journal row and wake-up, under the parent's lock.
        CASE WHEN %(outcome)s::text IN ('complete', 'fail') AND f.parent_id IS NOT NULL
@@ -450,7 +454,7 @@ WITH doomed AS (
     SELECT id
     FROM runs
     WHERE status IN ('completed', 'failed', 'cancelled')
-      AND completed_at + make_interval(days => least(retention_days, %(max_days)s::integer)) < now()
+      AND completed_at + make_interval(days => least(retention_days, %(max_days)s::integer)) < perdure_now()
     ORDER BY completed_at
     LIMIT %(limit)s::integer
     FOR UPDATE SKIP LOCKED
@@ -466,7 +470,7 @@ WITH due AS (
     SELECT r.id, r.version
     FROM runs r
     WHERE r.status IN ('pending', 'waiting', 'running')
-      AND r.available_at <= now() - make_interval(secs => %(grace)s)
+      AND r.available_at <= perdure_now() - make_interval(secs => %(grace)s)
       AND r.workflow = ANY(%(names)s::text[])
       AND r.version IS NOT NULL
       AND (r.workflow, r.version) NOT IN (
@@ -487,8 +491,8 @@ WITH due AS (
         wake_reason = 'version',
         lease_owner = NULL,
         lease_expires_at = NULL,
-        available_at = now() + make_interval(secs => d.delay),
-        updated_at = now()
+        available_at = perdure_now() + make_interval(secs => d.delay),
+        updated_at = perdure_now()
     FROM delays d
     WHERE r.id = d.id
     RETURNING r.id, d.version, d.delay

@@ -23,7 +23,7 @@
 --   cancel_run() from any live status ────────────────────────────────────────► cancelled
 --
 -- * One claim path. A run is claimable when its status is pending, waiting or
---   running and available_at <= now(). For a running run available_at is the
+--   running and available_at <= perdure_now(). For a running run available_at is the
 --   lease expiry, so the runs of a dead worker come back through the same
 --   partial index (runs_claim_idx). A run that only an event can wake has
 --   available_at = 'infinity'.
@@ -46,7 +46,7 @@
 --   ('d:<run id>' when a run ended). They are sent inside the writing
 --   transaction, so Postgres delivers them at commit. They carry ids only and
 --   may be lost: polling is the source of truth.
--- * Time is always the database's: now() (transaction start).
+-- * Time is always the database's: perdure_now() (transaction start).
 --
 -- Custom SQLSTATEs raised by the functions (mapped to perdure errors in Python):
 --   PD001 invalid argument (ValidationError)
@@ -54,7 +54,7 @@
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version    integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT perdure_now()
 );
 
 -- The function texts last applied (one row): their digest and the perdure version
@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS schema_version (
 CREATE TABLE functions_applied (
     digest          text NOT NULL,
     perdure_version text NOT NULL,
-    applied_at      timestamptz NOT NULL DEFAULT now()
+    applied_at      timestamptz NOT NULL DEFAULT perdure_now()
 );
 
 -- ---------------------------------------------------------------------- tables
@@ -93,9 +93,9 @@ CREATE TABLE runs (
     retention_days        integer NOT NULL DEFAULT 30 CHECK (retention_days >= 0),
     claims_since_progress integer NOT NULL DEFAULT 0,
     step_attempts         integer NOT NULL DEFAULT 0,
-    created_at            timestamptz NOT NULL DEFAULT now(),
+    created_at            timestamptz NOT NULL DEFAULT perdure_now(),
     started_at            timestamptz,
-    updated_at            timestamptz NOT NULL DEFAULT now(),
+    updated_at            timestamptz NOT NULL DEFAULT perdure_now(),
     completed_at          timestamptz
 );
 
@@ -122,7 +122,7 @@ CREATE TABLE steps (
     attempts     integer NOT NULL DEFAULT 1,
     started_at   timestamptz,
     completed_at timestamptz,
-    recorded_at  timestamptz NOT NULL DEFAULT now(),
+    recorded_at  timestamptz NOT NULL DEFAULT perdure_now(),
     PRIMARY KEY (run_id, key)
 );
 
@@ -131,7 +131,7 @@ CREATE TABLE events (
     run_id     text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     type       text NOT NULL,
     data       jsonb,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT perdure_now()
 );
 CREATE INDEX events_run_idx ON events (run_id, id);
 
@@ -142,7 +142,7 @@ CREATE TABLE waits (
     event      text NOT NULL,
     match      jsonb,
     timeout_at timestamptz,
-    created_at timestamptz NOT NULL DEFAULT now(),
+    created_at timestamptz NOT NULL DEFAULT perdure_now(),
     PRIMARY KEY (run_id, key)
 );
 CREATE INDEX waits_event_idx ON waits (event);
@@ -152,7 +152,7 @@ CREATE TABLE signals (
     run_id     text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     event      text NOT NULL,
     payload    jsonb NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT perdure_now()
 );
 CREATE INDEX signals_run_idx ON signals (run_id, event, id);
 
@@ -162,14 +162,14 @@ CREATE TABLE signal_keys (
     run_id     text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     key        text NOT NULL,
     outcome    text NOT NULL CHECK (outcome IN ('resolved', 'buffered')),
-    created_at timestamptz NOT NULL DEFAULT now(),
+    created_at timestamptz NOT NULL DEFAULT perdure_now(),
     PRIMARY KEY (run_id, key)
 );
 
 CREATE TABLE subscriptions (
     pattern    text NOT NULL CHECK (pattern ~ '^[A-Za-z0-9_.*-]{1,128}$'),
     workflow   text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
+    created_at timestamptz NOT NULL DEFAULT perdure_now(),
     PRIMARY KEY (pattern, workflow)
 );
 
@@ -177,7 +177,7 @@ CREATE TABLE workflows (
     name          text NOT NULL,
     version       integer NOT NULL,
     options       jsonb NOT NULL DEFAULT '{}',
-    registered_at timestamptz NOT NULL DEFAULT now(),
+    registered_at timestamptz NOT NULL DEFAULT perdure_now(),
     PRIMARY KEY (name, version)
 );
 
@@ -195,6 +195,6 @@ CREATE TABLE workers (
 CREATE TABLE published (
     key        text PRIMARY KEY,
     result     jsonb NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT perdure_now()
 );
 

@@ -39,7 +39,7 @@ BEGIN
         INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
                                 started_at, completed_at, recorded_at)
         SELECT p_run_id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
-               u.started_at, coalesce(u.completed_at, now()), now()
+               u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
         FROM unnest(p_keys, p_kinds, p_statuses, p_outputs, p_errors, p_attempts, p_started,
                     p_completed) WITH ORDINALITY
              AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
@@ -66,9 +66,9 @@ BEGIN
             (v_child ->> 'input_json')::jsonb, (v_child ->> 'priority')::integer,
             v_child ->> 'idempotency_key',
             coalesce((v_child ->> 'run_at')::timestamptz,
-                     now() + make_interval(secs => coalesce((v_child ->> 'delay')::double precision, 0))),
+                     perdure_now() + make_interval(secs => coalesce((v_child ->> 'delay')::double precision, 0))),
             coalesce((v_child ->> 'deadline_at')::timestamptz,
-                     now() + make_interval(secs => (v_child ->> 'deadline_in')::double precision)),
+                     perdure_now() + make_interval(secs => (v_child ->> 'deadline_in')::double precision)),
             (v_child ->> 'retention_days')::integer, p_run_id, v_child ->> 'parent_step');
     END LOOP;
 
@@ -112,7 +112,7 @@ BEGIN
             v_due := true;
         END IF;
         IF v_due THEN
-            v_at := now();
+            v_at := perdure_now();
         ELSE
             v_at := coalesce(least(p_wake_at, v_run.deadline_at,
                                    (SELECT min(timeout_at) FROM waits WHERE run_id = p_run_id)),
@@ -122,7 +122,7 @@ BEGIN
             status = 'waiting', lease_owner = NULL, lease_expires_at = NULL,
             wake_reason = p_reason, available_at = v_at
         WHERE id = p_run_id;
-        IF v_at <= now() THEN
+        IF v_at <= perdure_now() THEN
             PERFORM send_notice('w', p_run_id);
         END IF;
     ELSIF p_outcome IN ('complete', 'fail') THEN
@@ -130,7 +130,7 @@ BEGIN
             status = CASE WHEN p_outcome = 'complete' THEN 'completed' ELSE 'failed' END,
             output = CASE WHEN p_outcome = 'complete' THEN p_output::json ELSE output END,
             error = CASE WHEN p_outcome = 'complete' THEN NULL ELSE p_error::jsonb END,
-            completed_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+            completed_at = perdure_now(), lease_owner = NULL, lease_expires_at = NULL,
             wake_reason = NULL, available_at = 'infinity'
         WHERE id = p_run_id;
         DELETE FROM waits WHERE run_id = p_run_id;
@@ -146,18 +146,18 @@ BEGIN
                 p_output::json, p_error::jsonb);
         END IF;
     ELSIF p_outcome = 'retry' THEN
-        v_at := coalesce(least(p_wake_at, v_run.deadline_at), now());
+        v_at := coalesce(least(p_wake_at, v_run.deadline_at), perdure_now());
         UPDATE runs SET
             status = 'waiting', wake_reason = 'retry', attempt = attempt + 1,
             error = p_error::jsonb, available_at = v_at,
             lease_owner = NULL, lease_expires_at = NULL
         WHERE id = p_run_id;
-        IF v_at <= now() THEN
+        IF v_at <= perdure_now() THEN
             PERFORM send_notice('w', p_run_id);
         END IF;
     ELSIF p_outcome = 'release' THEN
         UPDATE runs SET
-            status = 'waiting', wake_reason = NULL, available_at = now(),
+            status = 'waiting', wake_reason = NULL, available_at = perdure_now(),
             lease_owner = NULL, lease_expires_at = NULL
         WHERE id = p_run_id;
         PERFORM send_notice('w', p_run_id);
@@ -168,7 +168,7 @@ BEGIN
     UPDATE runs SET
         step_attempts = step_attempts + coalesce(p_step_attempts, 0),
         claims_since_progress = 0,
-        updated_at = now()
+        updated_at = perdure_now()
     WHERE id = p_run_id;
 END
 $$;
