@@ -19,13 +19,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
+from ._client import fetch_run
 from ._connections import Connections
-from ._local import Outcome, outcomes
 from ._portal import Portal
+from ._reads import Reads
+from ._run_ends import RunEnd, run_ends
+from ._steering import Steering
 from .backends.base import Backend
 from .durations import Duration, to_seconds
 from .errors import (
-    RunNotFound,
     TimeoutError,
     ValidationError,
     WorkflowCancelled,
@@ -33,43 +35,27 @@ from .errors import (
 )
 from .handle import RunHandle
 from .ids import new_run_id
-from .names import validate_event_name, validate_pattern, validate_workflow_name
+from .names import WorkflowRef, workflow_name
 from .records import (
-    RUN_STATUSES,
-    Event,
-    ListRunsParams,
     NewRun,
     Notice,
-    Page,
-    Published,
-    Run,
-    Step,
-    WorkerInfo,
-    WorkflowSummary,
 )
 from .retry import RetryPolicy
 from .serialization import encode
 from .settings import Settings
-from .validation import check_aware, check_int, check_key, check_time, lookup_id
+from .validation import check_int, check_key, check_time
 from .worker import Worker
 from .workflow import Body, Registry, define_workflow
 
 __all__ = ["App"]
 
 F = TypeVar("F", bound=Body)
-WorkflowRef = str | Callable[..., Any]
 
 
 log = logging.getLogger("perdure")
 
 
-def workflow_name(workflow: object) -> str:
-    """The name behind a workflow reference: a decorated function or a name."""
-    name = getattr(workflow, "__perdure_name__", workflow)
-    return validate_workflow_name(name)
-
-
-class App:
+class App(Reads, Steering):
     """A perdure application: register workflows, start and watch runs, run workers.
 
     Args:
@@ -405,13 +391,13 @@ class App:
             if notice.kind == "done" and notice.run_id in (run_id, None):
                 ended.set()
 
-        handed: list[Outcome] = []
+        handed: list[RunEnd] = []
 
-        def on_outcome(outcome: Outcome) -> None:
+        def on_outcome(outcome: RunEnd) -> None:
             handed.append(outcome)
             ended.set()
 
-        stop_listening = outcomes.listen(run_id, on_outcome)  # a worker of this process
+        stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
         unsubscribe = await backend.listen(on_notice)  # any process
         poll = 0.1 if backend.dialect == "sqlite" else 1.0
         give_up = None if limit is None else loop.time() + limit
@@ -420,7 +406,7 @@ class App:
                 if handed:
                     status, output, error = handed[0]
                 else:
-                    run = await self._get_run(backend, run_id)
+                    run = await fetch_run(backend, run_id)
                     status, output, error = run.status, run.output, run.error
                 if status == "completed":
                     return output
@@ -446,238 +432,6 @@ class App:
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for the run to end and return its output; see `result_async`."""
         return self._portal.call(self.result_async, run_id, timeout)
-
-    @staticmethod
-    async def _get_run(backend: Backend, run_id: str) -> Run:
-        run = await backend.get_run(lookup_id(run_id))
-        if run is None:
-            raise RunNotFound(run_id)
-        return run
-
-    async def get_run_async(self, run_id: str) -> Run:
-        """The run's current record. Raises `RunNotFound`."""
-        return await self._get_run(await self._backend(), run_id)
-
-    def get_run(self, run_id: str) -> Run:
-        """The run's current record; see `get_run_async`."""
-        return self._portal.call(self.get_run_async, run_id)
-
-    async def list_runs_async(
-        self,
-        workflow: WorkflowRef | None = None,
-        status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        input_match: Any = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        parent_id: str | None = None,
-    ) -> Page[Run]:
-        """Runs, newest first, filtered; pass ``page.next_cursor`` back for the next page.
-
-        Newest first by the database's ``created_at``, the id breaking ties; a cursor
-        never skips or repeats a run.
-
-        Args:
-            workflow: only this workflow (function or name).
-            status: only runs in this status.
-            since, until: created at or after ``since`` and before ``until`` (aware datetimes).
-            input_match: only runs whose input contains this JSON value (``@>`` semantics).
-            limit: page size, 1-1000.
-            cursor: from a previous page.
-            parent_id: only the children of this run.
-        """
-        if status is not None and status not in RUN_STATUSES:
-            raise ValidationError(
-                f"status must be one of {', '.join(RUN_STATUSES)}; got {status!r}"
-            )
-        check_int(limit, "limit", minimum=1)
-        if limit > 1000:
-            raise ValidationError(f"limit must be at most 1000, got {limit}")
-        if cursor is not None and (
-            not isinstance(cursor, str) or len(cursor) > 1000 or not cursor.isascii()
-        ):
-            raise ValidationError(
-                f"cursor must be the next_cursor of a previous page, got {cursor!r:.80}"
-            )
-        if parent_id is not None:
-            check_key(parent_id, "parent_id")
-        params = ListRunsParams(
-            workflow=None if workflow is None else workflow_name(workflow),
-            status=status,
-            since=None if since is None else check_aware(since, "since"),
-            until=None if until is None else check_aware(until, "until"),
-            input_match_json=None
-            if input_match is None
-            else encode(input_match, what="input_match"),
-            parent_id=parent_id,
-            limit=limit,
-            cursor=cursor,
-        )
-        return await (await self._backend()).list_runs(params)
-
-    def list_runs(
-        self,
-        workflow: WorkflowRef | None = None,
-        status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        input_match: Any = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        parent_id: str | None = None,
-    ) -> Page[Run]:
-        """Runs, newest first, filtered; see `list_runs_async`."""
-        return self._portal.call(
-            self.list_runs_async,
-            workflow,
-            status,
-            since,
-            until,
-            input_match,
-            limit,
-            cursor,
-            parent_id,
-        )
-
-    async def get_steps_async(self, run_id: str) -> list[Step]:
-        """The run's journal: one `Step` per step key, in the order they were recorded."""
-        backend = await self._backend()
-        steps = await backend.get_steps(lookup_id(run_id))
-        if not steps:
-            await self._get_run(backend, run_id)
-        return steps
-
-    def get_steps(self, run_id: str) -> list[Step]:
-        """The run's journal; see `get_steps_async`."""
-        return self._portal.call(self.get_steps_async, run_id)
-
-    async def get_events_async(self, run_id: str) -> list[Event]:
-        """The run's audit trail (created, claimed, step_completed, ...), oldest first."""
-        backend = await self._backend()
-        events = await backend.get_events(lookup_id(run_id))
-        if not events:
-            await self._get_run(backend, run_id)
-        return events
-
-    def get_events(self, run_id: str) -> list[Event]:
-        """The run's audit trail; see `get_events_async`."""
-        return self._portal.call(self.get_events_async, run_id)
-
-    async def list_workflows_async(self) -> list[WorkflowSummary]:
-        """Every known workflow with its number of runs per status."""
-        return await (await self._backend()).workflow_summaries()
-
-    def list_workflows(self) -> list[WorkflowSummary]:
-        """Every known workflow with run counts; see `list_workflows_async`."""
-        return self._portal.call(self.list_workflows_async)
-
-    async def list_workers_async(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
-        """Workers seen within ``seen_within`` (default 5 minutes), newest first."""
-        seconds = to_seconds(seen_within, what="seen_within")
-        return await (await self._backend()).list_workers(seconds)
-
-    def list_workers(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
-        """Live and recently seen workers; see `list_workers_async`."""
-        return self._portal.call(self.list_workers_async, seen_within)
-
-    # ------------------------------------------------------------------ steering runs
-
-    async def cancel_async(self, run_id: str) -> bool:
-        """Cancel a live run (and its live children). True if it was live; False if it
-        had already ended. Raises `RunNotFound`."""
-        return await (await self._backend()).cancel_run(lookup_id(run_id))
-
-    def cancel(self, run_id: str) -> bool:
-        """Cancel a live run; see `cancel_async`."""
-        return self._portal.call(self.cancel_async, run_id)
-
-    async def signal_async(
-        self,
-        run_id: str,
-        event: str,
-        payload: Any = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> bool:
-        """Send ``event`` with ``payload`` to one run.
-
-        Resolves the run's matching `wait_for_event`, or is buffered for its next one.
-        Returns True if delivered or buffered, False if the run has ended (nothing is
-        stored). The same ``idempotency_key`` twice delivers once. Raises `RunNotFound`.
-        """
-        validate_event_name(event)
-        payload_json = encode(payload, what=f"the payload of signal {event!r}")
-        key = None if idempotency_key is None else check_key(idempotency_key)
-        outcome = await (await self._backend()).deliver_signal(
-            lookup_id(run_id), event, payload_json, key
-        )
-        return outcome != "ended"
-
-    def signal(
-        self,
-        run_id: str,
-        event: str,
-        payload: Any = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> bool:
-        """Send an event to one run; see `signal_async`."""
-        return self._portal.call(
-            self.signal_async, run_id, event, payload, idempotency_key=idempotency_key
-        )
-
-    async def publish_async(
-        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
-    ) -> Published:
-        """Publish ``event``: resume every run waiting on it whose match the payload
-        satisfies, and start every workflow subscribed to a matching pattern.
-        A repeated ``idempotency_key`` does nothing and returns the first result."""
-        validate_event_name(event)
-        payload_json = encode(payload, what=f"the payload of event {event!r}")
-        key = None if idempotency_key is None else check_key(idempotency_key)
-        return await (await self._backend()).publish(event, payload_json, key)
-
-    def publish(
-        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
-    ) -> Published:
-        """Publish an event; see `publish_async`."""
-        return self._portal.call(
-            self.publish_async, event, payload, idempotency_key=idempotency_key
-        )
-
-    async def subscribe_async(self, pattern: str, workflow: WorkflowRef) -> bool:
-        """Durably start ``workflow`` for every published event matching ``pattern``
-        (``*`` matches any characters). False if the subscription already existed."""
-        validate_pattern(pattern, what="topic pattern")
-        return await (await self._backend()).subscribe_topic(pattern, workflow_name(workflow))
-
-    def subscribe(self, pattern: str, workflow: WorkflowRef) -> bool:
-        """Add a durable topic subscription; see `subscribe_async`."""
-        return self._portal.call(self.subscribe_async, pattern, workflow)
-
-    async def unsubscribe_async(self, pattern: str, workflow: WorkflowRef) -> bool:
-        """Remove a topic subscription. False if there was none."""
-        validate_pattern(pattern, what="topic pattern")
-        return await (await self._backend()).unsubscribe_topic(pattern, workflow_name(workflow))
-
-    def unsubscribe(self, pattern: str, workflow: WorkflowRef) -> bool:
-        """Remove a topic subscription; see `unsubscribe_async`."""
-        return self._portal.call(self.unsubscribe_async, pattern, workflow)
-
-    async def sweep_async(self) -> int:
-        """Delete finished runs past their retention now; returns how many."""
-        backend = await self._backend()
-        total = 0
-        while True:
-            removed = await backend.sweep(self.settings.max_retention_days)
-            total += removed
-            if removed < 1000:
-                return total
-
-    def sweep(self) -> int:
-        """Delete finished runs past their retention; see `sweep_async`."""
-        return self._portal.call(self.sweep_async)
 
     async def migrate_async(self) -> int:
         """Apply pending schema migrations; returns the schema version."""

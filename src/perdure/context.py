@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from .durations import MAX_SECONDS, Duration, to_seconds
 from .errors import ValidationError
-from .names import validate_event_name, validate_step_name, validate_workflow_name
+from .names import validate_event_name, validate_step_name, workflow_name
 from .retry import RetryPolicy
 from .serialization import encode
 from .typed import rebuild, return_type
@@ -233,7 +233,7 @@ class StepApi:
             StepFailed: the child failed or was cancelled.
         """
         validate_step_name(name)
-        wf_name = validate_workflow_name(getattr(workflow, "__perdure_name__", workflow))
+        wf_name = workflow_name(workflow)
         input_json = encode(input, what=f"the input of child workflow {wf_name!r}")
         seconds = None if timeout is None else to_seconds(timeout, what=f"child {name!r} timeout")
         return await self._runner.run_child(name, wf_name, input_json, seconds)

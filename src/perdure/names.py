@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
+from typing import Any
 
 from .errors import ValidationError
 
 __all__ = [
+    "WorkflowRef",
     "glob_matches",
     "validate_event_name",
     "validate_pattern",
     "validate_step_name",
     "validate_workflow_name",
+    "workflow_name",
 ]
 
 _WORKFLOW = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -65,3 +69,12 @@ def validate_pattern(pattern: object, *, what: str = "pattern") -> str:
 def glob_matches(pattern: str, name: str) -> bool:
     """True if ``name`` matches the glob ``pattern`` (``*`` matches any characters)."""
     return fnmatch.fnmatchcase(name, pattern)
+
+
+#: A workflow as callers name it: the decorated function or its name.
+WorkflowRef = str | Callable[..., Any]
+
+
+def workflow_name(workflow: object) -> str:
+    """The name behind a workflow reference: a decorated function or a name."""
+    return validate_workflow_name(getattr(workflow, "__perdure_name__", workflow))

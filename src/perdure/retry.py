@@ -9,6 +9,7 @@ from typing import Literal
 
 from .durations import Duration, to_seconds
 from .errors import PerdureError, ValidationError
+from .validation import is_number
 
 __all__ = ["NonRetriableError", "RetryAfter", "RetryPolicy"]
 
@@ -16,7 +17,7 @@ Backoff = Literal["exponential", "linear", "fixed"]
 
 
 def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 class NonRetriableError(PerdureError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigurationError
 from .serialization import MAX_PAYLOAD_BYTES
+from .validation import check_int, is_number
 
 __all__ = ["Settings"]
 
@@ -72,16 +73,14 @@ class Settings:
             "max_claims_without_progress": 0,
         }
         for name, minimum in minimums.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+            check_int(getattr(self, name), name, minimum=minimum, error=ConfigurationError)
         if self.max_payload_bytes > MAX_PAYLOAD_BYTES:
             raise ConfigurationError(
                 f"max_payload_bytes must be at most {MAX_PAYLOAD_BYTES} (10 MiB), "
                 f"got {self.max_payload_bytes}"
             )
         interval = self.sweep_interval
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+        if not is_number(interval) or interval < 0:
             raise ConfigurationError(f"sweep_interval must be seconds >= 0, got {interval!r}")
 
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from .errors import RunNotFound, ValidationError
+from .errors import PerdureError, RunNotFound, ValidationError
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -60,15 +60,27 @@ def lookup_id(run_id: object) -> str:
     return run_id
 
 
-def check_int(value: object, what: str, *, minimum: int | None = None) -> int:
-    """An int (not a bool) within a 32-bit column, at least ``minimum`` if given."""
+def check_int(
+    value: object,
+    what: str,
+    *,
+    minimum: int | None = None,
+    error: type[PerdureError] = ValidationError,
+) -> int:
+    """An int (not a bool) within a 32-bit column, at least ``minimum`` if given;
+    else ``error`` (`ConfigurationError` for settings) saying what was wrong."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{what} must be an integer, got {value!r:.80}")
+        raise error(f"{what} must be an integer, got {value!r:.80}")
     if minimum is not None and value < minimum:
-        raise ValidationError(f"{what} must be at least {minimum}, got {value}")
+        raise error(f"{what} must be at least {minimum}, got {value}")
     if not -(2**31) <= value < 2**31:
-        raise ValidationError(f"{what} {value} is out of range")
+        raise error(f"{what} {value} is out of range")
     return value
+
+
+def is_number(value: object) -> bool:
+    """True for an int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def check_aware(value: object, what: str) -> datetime:

@@ -12,6 +12,7 @@ from .errors import ConfigurationError, ValidationError
 from .names import glob_matches, validate_pattern, validate_workflow_name
 from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from .typed import input_type, rebuild
+from .validation import check_int
 
 if TYPE_CHECKING:
     from .context import Context
@@ -64,14 +65,6 @@ class WorkflowDefinition:
         return opts
 
 
-def _check_priority(priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValidationError(f"priority must be an integer, got {priority!r}")
-    if not -(2**31) <= priority < 2**31:
-        raise ValidationError(f"priority {priority} is out of range")
-    return priority
-
-
 def retention_to_days(retention: Duration | None, *, what: str = "retention") -> int:
     """Whole days of a retention duration (rounded up; at least 0)."""
     if retention is None:
@@ -101,8 +94,7 @@ def define_workflow(
             f"workflow {getattr(fn, '__name__', fn)!r} must be an 'async def' function"
         )
     wf_name = validate_workflow_name(name if name is not None else fn.__name__)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValidationError(f"workflow version must be a positive integer, got {version!r}")
+    check_int(version, "workflow version", minimum=1)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ValidationError("retry must be a perdure.RetryPolicy")
     params = [
@@ -128,7 +120,7 @@ def define_workflow(
         retention_days=retention_to_days(retention),
         retry=retry or DEFAULT_WORKFLOW_RETRY,
         deadline=None if deadline is None else to_seconds(deadline, what="deadline"),
-        priority=_check_priority(DEFAULT_PRIORITY if priority is None else priority),
+        priority=check_int(DEFAULT_PRIORITY if priority is None else priority, "priority"),
         on=topics,
         takes_input=len(params) >= 2,
     )

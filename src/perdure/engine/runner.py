@@ -29,7 +29,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._local import outcomes
+from .._run_ends import run_ends
 from ..context import Context
 from ..errors import DeadlineExceeded, PoisonRun, SerializationError, StepFailed
 from ..records import Claim, Complete, Fail, Outcome, Park, Release, Retry, Transition
@@ -260,9 +260,9 @@ class Runner:
         # Logged before waiters hear of the outcome, so the line is there when they do.
         log_outcome(self.run, label, error=error, wake_at=wake_at, reason=reason)
         if isinstance(outcome, Fail):
-            outcomes.publish(self.run.id, "failed", None, error)
+            run_ends.publish(self.run.id, "failed", None, error)
         elif isinstance(outcome, Complete):
-            outcomes.publish(self.run.id, "completed", outcome.output_json, None)
+            run_ends.publish(self.run.id, "completed", outcome.output_json, None)
         elif isinstance(outcome, Park | Retry):
             self.services.on_park(wake_at)
         return PassResult(label, wake_at=wake_at, error=error, reason=reason)

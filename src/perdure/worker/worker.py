@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
@@ -33,9 +32,10 @@ from ..backends.base import Backend
 from ..durations import Duration, to_seconds
 from ..engine.run_log import log_run
 from ..engine.runner import Runner
-from ..engine.services import Execution, RunServices
+from ..engine.services import RunServices
 from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
+from ..maintenance import sweep_forever
 from ..names import validate_pattern
 from ..records import (
     Claim,
@@ -43,10 +43,11 @@ from ..records import (
     DeferParams,
     Fail,
     Notice,
-    Release,
     Transition,
     WorkerInfo,
 )
+from ..validation import check_int
+from .active import ActiveRuns
 from .committer import Committer
 from .startup import StoppedAtStart, until_reachable
 from .wakes import WakeTimes
@@ -61,12 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("perdure.worker")
 
 __all__ = ["Worker"]
-
-
-@dataclass(slots=True)
-class _Active:
-    runner: Execution
-    task: asyncio.Task[None]
 
 
 class Worker:
@@ -100,8 +95,7 @@ class Worker:
         poll_interval: Duration | None = None,
         shutdown_timeout: Duration | None = None,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValidationError(f"concurrency must be a positive integer, got {concurrency!r}")
+        check_int(concurrency, "concurrency", minimum=1)
         if isinstance(workflows, str):
             workflows = [workflows]
         self._registry = registry
@@ -129,7 +123,7 @@ class Worker:
             if shutdown_timeout is None
             else to_seconds(shutdown_timeout, what="shutdown_timeout")
         )
-        self._active: dict[str, _Active] = {}
+        self._active = ActiveRuns(on_end=self._wake)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
@@ -143,7 +137,6 @@ class Worker:
         #: how long a run of an unknown version may stay due before it is deferred
         self.unavailable_grace = 5.0
         self._deferred_at = -1e9
-        self._renewal_owed = False  # a heartbeat failed: renew before the next claim
         self._side: set[asyncio.Task[None]] = set()  # poison runs being failed
 
     # ------------------------------------------------------------------ public lifecycle
@@ -198,7 +191,7 @@ class Worker:
     @property
     def active_runs(self) -> list[str]:
         """Ids of the runs this worker is executing now."""
-        return list(self._active)
+        return self._active.ids()
 
     # ------------------------------------------------------------------ internals
 
@@ -234,8 +227,7 @@ class Worker:
         self._stopping = True
         if hard and not self._hard:
             self._hard = True
-            for active in self._active.values():
-                active.runner.cancel("worker stopped")
+            self._active.cancel_all("worker stopped")
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -305,7 +297,7 @@ class Worker:
         )
         side_tasks = [
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
-            asyncio.create_task(self._maintenance_loop(backend), name="perdure-sweeper"),
+            asyncio.create_task(sweep_forever(backend, self._settings), name="perdure-sweeper"),
         ]
         log.info(
             "worker %s serving %s with concurrency %d on %s",
@@ -347,7 +339,7 @@ class Worker:
                         await self._release_orphans(backend)
                     # After an outage, renew this worker's leases before claiming, or it
                     # would take its own runs back (their leases expired meanwhile).
-                    if self._renewal_owed and not await self._renew(backend):
+                    if self._active.renewal_owed and not await self._renew(backend):
                         raise BackendError("the database is still unreachable")
                     claims = await backend.claim_runs(ClaimParams(self.id, pairs, free, self.lease))
                     failures = 0
@@ -374,7 +366,7 @@ class Worker:
         """After a failed claim, free the runs it may have leased to this worker after
         all (the database committed, the answer was lost): they are claimable now
         instead of after their lease."""
-        released = await backend.release_orphans(self.id, list(self._active))
+        released = await backend.release_orphans(self.id, self._active.ids())
         if released:
             log.warning(
                 "released %d run(s) claimed for this worker by a claim whose answer was lost",
@@ -454,10 +446,7 @@ class Worker:
                 "its previous worker's lease expired (the worker died or lost the database); "
                 "replaying its journal",
             )
-        runner = Runner(claim, definition, services)
-        run_id = claim.run.id
-        task = asyncio.create_task(self._execute(run_id, runner), name=f"perdure-run-{run_id}")
-        self._active[claim.run.id] = _Active(runner, task)
+        self._active.start(claim.run.id, Runner(claim, definition, services))
         self.claimed += 1
 
     async def _fail_poison(self, claim: Claim, services: RunServices) -> None:
@@ -471,25 +460,9 @@ class Worker:
         except BackendError as exc:
             log.warning("could not fail poison run %s: %s", run.id, exc)
 
-    async def _execute(self, run_id: str, runner: Execution) -> None:
-        try:
-            await runner.execute()
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("internal error executing run %s; its lease will expire", run_id)
-        finally:
-            active = self._active.get(run_id)
-            if active is not None and active.runner is runner:
-                del self._active[run_id]
-            if self._wakeup is not None:
-                self._wakeup.set()
-
     def _on_notice(self, notice: Notice) -> None:
         if notice.kind == "cancel" and notice.run_id is not None:
-            active = self._active.get(notice.run_id)
-            if active is not None:
-                active.runner.cancel("cancelled")
+            self._active.cancel(notice.run_id, "cancelled")
         elif notice.kind == "wake" and self._wakeup is not None:
             self._wakeup.set()
 
@@ -507,52 +480,12 @@ class Worker:
             await self._renew(backend)
 
     async def _renew(self, backend: Backend) -> bool:
-        """Renew every held lease once; False (and renewal still owed) if that failed."""
-        held = [(run_id, a.runner.token) for run_id, a in self._active.items()]
-        try:
-            still = await backend.extend_leases(self.id, held, self.lease)
-        except BackendError as exc:
-            self._renewal_owed = True
-            log.warning("heartbeat failed, retrying: %s", exc)
-            return False
-        self._renewal_owed = False
-        for run_id, token in held:
-            holder = self._active.get(run_id)
-            if run_id not in still and holder is not None and holder.runner.token == token:
-                log.info("run %s is no longer held by this worker; abandoning it", run_id)
-                holder.runner.cancel("lease lost")
-        return True
+        return await self._active.renew(backend, self.id, self.lease)
 
-    async def _maintenance_loop(self, backend: Backend) -> None:
-        interval = self._settings.sweep_interval
-        if interval <= 0:
-            return
-        await asyncio.sleep(min(interval, 10.0))
-        while True:
-            try:
-                removed = await backend.sweep(self._settings.max_retention_days)
-                if removed:
-                    log.info("retention sweep deleted %d finished run(s)", removed)
-            except BackendError as exc:
-                log.warning("retention sweep failed: %s", exc)
-            await asyncio.sleep(interval)
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
 
     async def _shutdown(self, backend: Backend, committer: Committer) -> None:
-        if not self._active:
-            return
-        tasks = {a.task for a in self._active.values()}
-        if not self._hard:
-            _done, pending = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
-        else:
-            pending = tasks
-        leftovers = [(run_id, a.runner.token) for run_id, a in self._active.items()]
-        for active in list(self._active.values()):
-            active.runner.cancel("worker stopped")
-        if pending:
-            await asyncio.wait(pending, timeout=5)
-        if leftovers:
-            try:
-                await backend.apply([Transition(r, t, outcome=Release()) for r, t in leftovers])
-            except BackendError as exc:
-                log.warning("could not release %d run(s): %s", len(leftovers), exc)
+        await self._active.give_back(backend, wait=None if self._hard else self.shutdown_timeout)
         await committer.drain()

@@ -48,6 +48,7 @@ from ...records import (
     WorkflowRecord,
     WorkflowSummary,
 )
+from ...validation import check_int
 from .._cursor import decode_cursor, encode_cursor
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, Unsubscribe
@@ -98,10 +99,7 @@ class SQLiteBackend(Backend):
             raise ConfigurationError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
             )
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-            raise ConfigurationError(f"busy_timeout_ms must be an integer, got {busy_timeout_ms!r}")
-        if busy_timeout_ms < 0:
-            raise ConfigurationError("busy_timeout_ms must not be negative")
+        check_int(busy_timeout_ms, "busy_timeout_ms", minimum=0, error=ConfigurationError)
         # Absolute now: the connection opens later, on another thread.
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._synchronous = mode

@@ -1,7 +1,7 @@
-"""In-process hand-off of run outcomes, from a worker to result waiters.
+"""In-process hand-off of how runs ended, from a worker to result waiters.
 
 When the worker that ends a run and a caller waiting in `App.result` share a
-process, the worker hands the outcome over directly after its commit, sparing the
+process, the worker hands the end over directly after its commit, sparing the
 waiter the database notice and the read that follows it. Waiters in other processes
 (and this one, as a fallback) still learn it from the database.
 """
@@ -15,18 +15,18 @@ from typing import Any
 
 from .serialization import decode
 
-__all__ = ["Outcome", "outcomes"]
+__all__ = ["RunEnd", "run_ends"]
 
-Outcome = tuple[str, Any, "dict[str, Any] | None"]  # status, output, error
-_Listener = tuple[asyncio.AbstractEventLoop, Callable[[Outcome], None]]
+RunEnd = tuple[str, Any, "dict[str, Any] | None"]  # status, output, error
+_Listener = tuple[asyncio.AbstractEventLoop, Callable[[RunEnd], None]]
 
 
-class _Outcomes:
+class _RunEnds:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._listeners: dict[str, list[_Listener]] = {}
 
-    def listen(self, run_id: str, callback: Callable[[Outcome], None]) -> Callable[[], None]:
+    def listen(self, run_id: str, callback: Callable[[RunEnd], None]) -> Callable[[], None]:
         """Call ``callback`` on the current loop when a worker of this process ends the run."""
         entry = (asyncio.get_running_loop(), callback)
         with self._lock:
@@ -50,13 +50,13 @@ class _Outcomes:
             entries = self._listeners.pop(run_id, None)
         if not entries:
             return
-        outcome: Outcome = (status, decode(output_json), error)
+        ended: RunEnd = (status, decode(output_json), error)
         for loop, callback in entries:
             if not loop.is_closed():
                 try:
-                    loop.call_soon_threadsafe(callback, outcome)
+                    loop.call_soon_threadsafe(callback, ended)
                 except RuntimeError:  # the loop closed meanwhile
                     pass
 
 
-outcomes = _Outcomes()
+run_ends = _RunEnds()

@@ -1,0 +1,157 @@
+"""Reading runs, journals, audit trails, workflows and workers (`perdure.App`'s read
+methods, each with its sync twin)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ._client import ClientBase, fetch_run
+from .durations import Duration, to_seconds
+from .errors import ValidationError
+from .names import WorkflowRef, workflow_name
+from .records import (
+    RUN_STATUSES,
+    Event,
+    ListRunsParams,
+    Page,
+    Run,
+    Step,
+    WorkerInfo,
+    WorkflowSummary,
+)
+from .serialization import encode
+from .validation import check_aware, check_int, check_key, lookup_id
+
+__all__ = ["Reads"]
+
+
+class Reads(ClientBase):
+    """The read methods of `perdure.App`."""
+
+    async def get_run_async(self, run_id: str) -> Run:
+        """The run's current record. Raises `RunNotFound`."""
+        return await fetch_run(await self._backend(), run_id)
+
+    def get_run(self, run_id: str) -> Run:
+        """The run's current record; see `get_run_async`."""
+        return self._portal.call(self.get_run_async, run_id)
+
+    async def list_runs_async(
+        self,
+        workflow: WorkflowRef | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        input_match: Any = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        parent_id: str | None = None,
+    ) -> Page[Run]:
+        """Runs, newest first, filtered; pass ``page.next_cursor`` back for the next page.
+
+        Newest first by the database's ``created_at``, the id breaking ties; a cursor
+        never skips or repeats a run.
+
+        Args:
+            workflow: only this workflow (function or name).
+            status: only runs in this status.
+            since, until: created at or after ``since`` and before ``until`` (aware datetimes).
+            input_match: only runs whose input contains this JSON value (``@>`` semantics).
+            limit: page size, 1-1000.
+            cursor: from a previous page.
+            parent_id: only the children of this run.
+        """
+        if status is not None and status not in RUN_STATUSES:
+            raise ValidationError(
+                f"status must be one of {', '.join(RUN_STATUSES)}; got {status!r}"
+            )
+        check_int(limit, "limit", minimum=1)
+        if limit > 1000:
+            raise ValidationError(f"limit must be at most 1000, got {limit}")
+        if cursor is not None and (
+            not isinstance(cursor, str) or len(cursor) > 1000 or not cursor.isascii()
+        ):
+            raise ValidationError(
+                f"cursor must be the next_cursor of a previous page, got {cursor!r:.80}"
+            )
+        if parent_id is not None:
+            check_key(parent_id, "parent_id")
+        params = ListRunsParams(
+            workflow=None if workflow is None else workflow_name(workflow),
+            status=status,
+            since=None if since is None else check_aware(since, "since"),
+            until=None if until is None else check_aware(until, "until"),
+            input_match_json=None
+            if input_match is None
+            else encode(input_match, what="input_match"),
+            parent_id=parent_id,
+            limit=limit,
+            cursor=cursor,
+        )
+        return await (await self._backend()).list_runs(params)
+
+    def list_runs(
+        self,
+        workflow: WorkflowRef | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        input_match: Any = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        parent_id: str | None = None,
+    ) -> Page[Run]:
+        """Runs, newest first, filtered; see `list_runs_async`."""
+        return self._portal.call(
+            self.list_runs_async,
+            workflow,
+            status,
+            since,
+            until,
+            input_match,
+            limit,
+            cursor,
+            parent_id,
+        )
+
+    async def get_steps_async(self, run_id: str) -> list[Step]:
+        """The run's journal: one `Step` per step key, in the order they were recorded."""
+        backend = await self._backend()
+        steps = await backend.get_steps(lookup_id(run_id))
+        if not steps:
+            await fetch_run(backend, run_id)
+        return steps
+
+    def get_steps(self, run_id: str) -> list[Step]:
+        """The run's journal; see `get_steps_async`."""
+        return self._portal.call(self.get_steps_async, run_id)
+
+    async def get_events_async(self, run_id: str) -> list[Event]:
+        """The run's audit trail (created, claimed, step_completed, ...), oldest first."""
+        backend = await self._backend()
+        events = await backend.get_events(lookup_id(run_id))
+        if not events:
+            await fetch_run(backend, run_id)
+        return events
+
+    def get_events(self, run_id: str) -> list[Event]:
+        """The run's audit trail; see `get_events_async`."""
+        return self._portal.call(self.get_events_async, run_id)
+
+    async def list_workflows_async(self) -> list[WorkflowSummary]:
+        """Every known workflow with its number of runs per status."""
+        return await (await self._backend()).workflow_summaries()
+
+    def list_workflows(self) -> list[WorkflowSummary]:
+        """Every known workflow with run counts; see `list_workflows_async`."""
+        return self._portal.call(self.list_workflows_async)
+
+    async def list_workers_async(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
+        """Workers seen within ``seen_within`` (default 5 minutes), newest first."""
+        seconds = to_seconds(seen_within, what="seen_within")
+        return await (await self._backend()).list_workers(seconds)
+
+    def list_workers(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
+        """Live and recently seen workers; see `list_workers_async`."""
+        return self._portal.call(self.list_workers_async, seen_within)

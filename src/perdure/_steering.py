@@ -1,0 +1,114 @@
+"""Steering runs: cancel, signal, publish, topic subscriptions, retention sweeps
+(`perdure.App`'s write methods besides starting, each with its sync twin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._client import ClientBase
+from .names import WorkflowRef, validate_event_name, validate_pattern, workflow_name
+from .records import Published
+from .serialization import encode
+from .validation import check_key, lookup_id
+
+__all__ = ["Steering"]
+
+
+class Steering(ClientBase):
+    """The steering methods of `perdure.App`."""
+
+    async def cancel_async(self, run_id: str) -> bool:
+        """Cancel a live run (and its live children). True if it was live; False if it
+        had already ended. Raises `RunNotFound`."""
+        return await (await self._backend()).cancel_run(lookup_id(run_id))
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel a live run; see `cancel_async`."""
+        return self._portal.call(self.cancel_async, run_id)
+
+    async def signal_async(
+        self,
+        run_id: str,
+        event: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Send ``event`` with ``payload`` to one run.
+
+        Resolves the run's matching `wait_for_event`, or is buffered for its next one.
+        Returns True if delivered or buffered, False if the run has ended (nothing is
+        stored). The same ``idempotency_key`` twice delivers once. Raises `RunNotFound`.
+        """
+        validate_event_name(event)
+        payload_json = encode(payload, what=f"the payload of signal {event!r}")
+        key = None if idempotency_key is None else check_key(idempotency_key)
+        outcome = await (await self._backend()).deliver_signal(
+            lookup_id(run_id), event, payload_json, key
+        )
+        return outcome != "ended"
+
+    def signal(
+        self,
+        run_id: str,
+        event: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Send an event to one run; see `signal_async`."""
+        return self._portal.call(
+            self.signal_async, run_id, event, payload, idempotency_key=idempotency_key
+        )
+
+    async def publish_async(
+        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> Published:
+        """Publish ``event``: resume every run waiting on it whose match the payload
+        satisfies, and start every workflow subscribed to a matching pattern.
+        A repeated ``idempotency_key`` does nothing and returns the first result."""
+        validate_event_name(event)
+        payload_json = encode(payload, what=f"the payload of event {event!r}")
+        key = None if idempotency_key is None else check_key(idempotency_key)
+        return await (await self._backend()).publish(event, payload_json, key)
+
+    def publish(
+        self, event: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> Published:
+        """Publish an event; see `publish_async`."""
+        return self._portal.call(
+            self.publish_async, event, payload, idempotency_key=idempotency_key
+        )
+
+    async def subscribe_async(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Durably start ``workflow`` for every published event matching ``pattern``
+        (``*`` matches any characters). False if the subscription already existed."""
+        validate_pattern(pattern, what="topic pattern")
+        return await (await self._backend()).subscribe_topic(pattern, workflow_name(workflow))
+
+    def subscribe(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Add a durable topic subscription; see `subscribe_async`."""
+        return self._portal.call(self.subscribe_async, pattern, workflow)
+
+    async def unsubscribe_async(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Remove a topic subscription. False if there was none."""
+        validate_pattern(pattern, what="topic pattern")
+        return await (await self._backend()).unsubscribe_topic(pattern, workflow_name(workflow))
+
+    def unsubscribe(self, pattern: str, workflow: WorkflowRef) -> bool:
+        """Remove a topic subscription; see `unsubscribe_async`."""
+        return self._portal.call(self.unsubscribe_async, pattern, workflow)
+
+    async def sweep_async(self) -> int:
+        """Delete finished runs past their retention now; returns how many."""
+        backend = await self._backend()
+        total = 0
+        while True:
+            removed = await backend.sweep(self.settings.max_retention_days)
+            total += removed
+            if removed < 1000:
+                return total
+
+    def sweep(self) -> int:
+        """Delete finished runs past their retention; see `sweep_async`."""
+        return self._portal.call(self.sweep_async)
