@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import os
 import sqlite3
@@ -27,9 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ...errors import BackendError, ConfigurationError, ValidationError
+from ...errors import BackendError, ConfigurationError
 from ...records import (
-    RUN_STATUSES,
     Claim,
     ClaimParams,
     CreateResult,
@@ -49,11 +47,10 @@ from ...records import (
     WorkflowSummary,
 )
 from ...validation import check_int
-from .._cursor import decode_cursor, encode_cursor
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, Unsubscribe
-from . import _ops, _worker_ops
-from ._convert import INFINITY, dumps, micro, to_dt, to_event, to_run, to_step, to_ts, to_worker
+from . import _producers, _reads, _registry, _workers
+from ._convert import to_dt
 from ._hub import hub_for
 from ._json import json_contains
 from ._session import MIGRATIONS, QUERIES, Session, is_busy, split_statements
@@ -68,7 +65,6 @@ T = TypeVar("T")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BUSY_ATTEMPTS = 6
 _CACHED_STATEMENTS = 512
-_FIRST_PAGE = (float("inf"), "")  # a position after every run: the first page's bound
 
 
 class SQLiteBackend(Backend):
@@ -244,89 +240,91 @@ class SQLiteBackend(Backend):
 
     async def register_workflows(self, workflows: Sequence[WorkflowRecord]) -> None:
         if workflows:
-            await self._call(_register_workflows, list(workflows))
+            await self._call(_registry.register_workflows, list(workflows))
 
     async def get_workflow(self, name: str, version: int | None = None) -> WorkflowRecord | None:
-        return await self._call(_get_workflow, name, version)
+        return await self._call(_registry.get_workflow, name, version)
 
     # ------------------------------------------------------------------ producers
 
     async def create_run(self, new: NewRun) -> CreateResult:
-        return await self._call(_ops.create_run, new)
+        return await self._call(_producers.create_run, new)
 
     async def cancel_run(self, run_id: str) -> bool:
-        return await self._call(_ops.cancel_run, run_id)
+        return await self._call(_producers.cancel_run, run_id)
 
     async def deliver_signal(
         self, run_id: str, event: str, payload_json: str, idempotency_key: str | None = None
     ) -> SignalOutcome:
-        return await self._call(_ops.deliver_signal, run_id, event, payload_json, idempotency_key)
+        return await self._call(
+            _producers.deliver_signal, run_id, event, payload_json, idempotency_key
+        )
 
     async def publish(
         self, event: str, payload_json: str, idempotency_key: str | None = None
     ) -> Published:
-        return await self._call(_ops.publish, event, payload_json, idempotency_key)
+        return await self._call(_producers.publish, event, payload_json, idempotency_key)
 
     async def subscribe_topic(self, pattern: str, workflow: str) -> bool:
-        return await self._call(_subscribe_topic, pattern, workflow)
+        return await self._call(_registry.subscribe_topic, pattern, workflow)
 
     async def unsubscribe_topic(self, pattern: str, workflow: str) -> bool:
-        return await self._call(_unsubscribe_topic, pattern, workflow)
+        return await self._call(_registry.unsubscribe_topic, pattern, workflow)
 
     async def list_subscriptions(self) -> list[tuple[str, str]]:
-        return await self._call(_list_subscriptions)
+        return await self._call(_registry.list_subscriptions)
 
     # ------------------------------------------------------------------ reads
 
     async def get_run(self, run_id: str) -> Run | None:
-        return await self._call(_get_run, run_id)
+        return await self._call(_reads.get_run, run_id)
 
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
-        return await self._call(_list_runs, params)
+        return await self._call(_reads.list_runs, params)
 
     async def get_steps(self, run_id: str) -> list[Step]:
-        return await self._call(_get_steps, run_id)
+        return await self._call(_reads.get_steps, run_id)
 
     async def get_events(self, run_id: str) -> list[Event]:
-        return await self._call(_get_events, run_id)
+        return await self._call(_reads.get_events, run_id)
 
     async def workflow_summaries(self) -> list[WorkflowSummary]:
-        return await self._call(_workflow_summaries)
+        return await self._call(_reads.workflow_summaries)
 
     # ------------------------------------------------------------------ workers
 
     async def register_worker(self, info: WorkerInfo) -> None:
-        await self._call(_register_worker, info)
+        await self._call(_workers.register_worker, info)
 
     async def deregister_worker(self, worker_id: str) -> None:
-        await self._call(_deregister_worker, worker_id)
+        await self._call(_workers.deregister_worker, worker_id)
 
     async def list_workers(self, seen_within: float) -> list[WorkerInfo]:
-        return await self._call(_list_workers, seen_within)
+        return await self._call(_reads.list_workers, seen_within)
 
     async def claim_runs(self, params: ClaimParams) -> list[Claim]:
-        return await self._call(_worker_ops.claim_runs, params)
+        return await self._call(_workers.claim_runs, params)
 
     async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
-        return await self._call(_worker_ops.release_orphans, worker_id, list(held))
+        return await self._call(_workers.release_orphans, worker_id, list(held))
 
     async def extend_leases(
         self, worker_id: str, held: Sequence[tuple[str, int]], lease_seconds: float
     ) -> set[str]:
-        return await self._call(_worker_ops.extend_leases, worker_id, list(held), lease_seconds)
+        return await self._call(_workers.extend_leases, worker_id, list(held), lease_seconds)
 
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
         if not transitions:
             return []
-        return await self._call(_worker_ops.apply, list(transitions))
+        return await self._call(_workers.apply, list(transitions))
 
     async def defer_unavailable(self, params: DeferParams) -> list[str]:
-        return await self._call(_worker_ops.defer_unavailable, params)
+        return await self._call(_workers.defer_unavailable, params)
 
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         if not workflows:
             return None
-        return await self._call(_next_wake_at, list(workflows))
+        return await self._call(_workers.next_wake_at, list(workflows))
 
     # ------------------------------------------------------------------ maintenance
 
@@ -369,135 +367,6 @@ def _migrate(s: Session) -> int:
             s.run(QUERIES["insert_schema_version"], {"version": migration.version, "now": now})
             log.info("applied SQLite migration %s", migration.name)
     return max(current, latest)
-
-
-def _register_workflows(s: Session, workflows: list[WorkflowRecord]) -> None:
-    with s.write() as now:
-        s.conn.executemany(
-            QUERIES["upsert_workflow"],
-            [
-                {
-                    "name": w.name,
-                    "version": w.version,
-                    "options": dumps(w.options or {}),
-                    "now": now,
-                }
-                for w in workflows
-            ],
-        )
-
-
-def _get_workflow(s: Session, name: str, version: int | None) -> WorkflowRecord | None:
-    if version is None:
-        row = s.one(QUERIES["get_workflow_latest"], {"name": name})
-    else:
-        row = s.one(QUERIES["get_workflow_version"], {"name": name, "version": version})
-    if row is None:
-        return None
-    return WorkflowRecord(row["name"], row["version"], json.loads(row["options"]) or {})
-
-
-def _subscribe_topic(s: Session, pattern: str, workflow: str) -> bool:
-    with s.write() as now:
-        args = {"pattern": pattern, "workflow": workflow, "now": now}
-        return s.run(QUERIES["insert_subscription"], args) > 0
-
-
-def _unsubscribe_topic(s: Session, pattern: str, workflow: str) -> bool:
-    with s.write():
-        args = {"pattern": pattern, "workflow": workflow}
-        return s.run(QUERIES["delete_subscription"], args) > 0
-
-
-def _list_subscriptions(s: Session) -> list[tuple[str, str]]:
-    return [(r["pattern"], r["workflow"]) for r in s.all(QUERIES["list_subscriptions"], {})]
-
-
-def _get_run(s: Session, run_id: str) -> Run | None:
-    row = s.one(QUERIES["get_run"], {"id": run_id})
-    return None if row is None else to_run(row)
-
-
-def _list_runs(s: Session, params: ListRunsParams) -> Page[Run]:
-    limit = int(params.limit)
-    if limit <= 0:
-        return Page([], None)
-    after_at, after_id = _FIRST_PAGE
-    if params.cursor is not None:
-        created, after_id = decode_cursor(params.cursor)
-        try:
-            after_at = float(created)
-        except ValueError:
-            raise ValidationError(f"invalid cursor {params.cursor[:80]!r}") from None
-    args = {
-        "after_at": after_at,
-        "after_id": after_id,
-        "status": params.status,
-        "since": None if params.since is None else to_ts(params.since),
-        "until": None if params.until is None else to_ts(params.until),
-        "parent_id": params.parent_id,
-        "input_match": params.input_match_json,
-        "limit": limit + 1,
-    }
-    if params.workflow is None:
-        rows = s.all(QUERIES["list_runs"], args)
-    else:
-        rows = s.all(QUERIES["list_runs_of_workflow"], {**args, "workflow": params.workflow})
-    items = [to_run(row) for row in rows[:limit]]
-    if len(rows) <= limit:
-        return Page(items, None)
-    last = rows[limit - 1]
-    return Page(items, encode_cursor(repr(float(last["created_at"])), last["id"]))
-
-
-def _get_steps(s: Session, run_id: str) -> list[Step]:
-    return [to_step(row) for row in s.all(QUERIES["get_steps"], {"run_id": run_id})]
-
-
-def _get_events(s: Session, run_id: str) -> list[Event]:
-    return [to_event(row) for row in s.all(QUERIES["get_events"], {"run_id": run_id})]
-
-
-def _workflow_summaries(s: Session) -> list[WorkflowSummary]:
-    counts: dict[str, dict[str, int]] = {}
-    for row in s.all(QUERIES["workflow_summaries"], {}):
-        per = counts.setdefault(row["name"], dict.fromkeys(RUN_STATUSES, 0))
-        if row["status"] is not None:
-            per[row["status"]] = per.get(row["status"], 0) + int(row["n"])
-    return [WorkflowSummary(name, counts[name]) for name in sorted(counts)]
-
-
-def _register_worker(s: Session, info: WorkerInfo) -> None:
-    with s.write() as now:
-        s.run(
-            QUERIES["upsert_worker"],
-            {
-                "id": info.id,
-                "host": info.host,
-                "pid": info.pid,
-                "workflows": json.dumps(list(info.workflows)),
-                "concurrency": info.concurrency,
-                "started_at": to_ts(info.started_at),
-                "now": now,
-            },
-        )
-
-
-def _deregister_worker(s: Session, worker_id: str) -> None:
-    with s.write() as now:
-        s.run(QUERIES["stop_worker"], {"id": worker_id, "now": now})
-
-
-def _list_workers(s: Session, seen_within: float) -> list[WorkerInfo]:
-    since = micro(s.clock() - seen_within)
-    return [to_worker(row) for row in s.all(QUERIES["list_workers"], {"since": since})]
-
-
-def _next_wake_at(s: Session, workflows: list[tuple[str, int]]) -> datetime | None:
-    pairs = json.dumps([[name, version] for name, version in workflows])
-    row = s.one(QUERIES["next_wake_at"], {"pairs": pairs})
-    at = None if row is None else row["at"]
-    return None if at is None or at >= INFINITY else to_dt(at)
 
 
 def _sweep(s: Session, max_retention_days: int, limit: int) -> int:

@@ -6,6 +6,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, get_args
 
 from ...errors import ValidationError
@@ -26,11 +27,12 @@ from ...records import (
     TransitionResult,
     Wait,
     WakeReason,
+    WorkerInfo,
     waiting_data,
 )
 from ...serialization import Undecodable
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
-from ._ops import add_event, brief, cancel_descendants, insert_run, write_child_result, write_step
+from ._rows import add_event, brief, cancel_descendants, insert_run, write_child_result, write_step
 from ._session import QUERIES, Session, is_busy
 
 __all__ = ["apply", "claim_runs", "extend_leases", "release_orphans", "validate_transitions"]
@@ -395,3 +397,31 @@ def defer_unavailable(s: Session, params: DeferParams) -> list[str]:
             add_event(s, row["id"], "version_unavailable", data, now)
             deferred.append(row["id"])
     return deferred
+
+
+def register_worker(s: Session, info: WorkerInfo) -> None:
+    with s.write() as now:
+        s.run(
+            QUERIES["upsert_worker"],
+            {
+                "id": info.id,
+                "host": info.host,
+                "pid": info.pid,
+                "workflows": json.dumps(list(info.workflows)),
+                "concurrency": info.concurrency,
+                "started_at": to_ts(info.started_at),
+                "now": now,
+            },
+        )
+
+
+def deregister_worker(s: Session, worker_id: str) -> None:
+    with s.write() as now:
+        s.run(QUERIES["stop_worker"], {"id": worker_id, "now": now})
+
+
+def next_wake_at(s: Session, workflows: list[tuple[str, int]]) -> datetime | None:
+    pairs = json.dumps([[name, version] for name, version in workflows])
+    row = s.one(QUERIES["next_wake_at"], {"pairs": pairs})
+    at = None if row is None else row["at"]
+    return None if at is None or at >= INFINITY else to_dt(at)
