@@ -8,6 +8,7 @@ timestamps are ISO strings (the session time zone is UTC).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,7 +25,9 @@ from ...errors import (
 from ...records import (
     Claim,
     Complete,
+    CreateResult,
     Fail,
+    NewRun,
     Park,
     Release,
     Retry,
@@ -240,3 +243,13 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
             ),
         )
     return general, params
+
+
+def new_run_params(new: NewRun) -> dict[str, Any]:
+    """The parameters of the ``create_run`` query (named after `NewRun`'s fields)."""
+    return {**dataclasses.asdict(new), "input": new.input_json}
+
+
+def created_from_row(row: tuple[Any, ...]) -> CreateResult:
+    """A ``create_run`` query row: created, the run's columns, input_differs."""
+    return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])

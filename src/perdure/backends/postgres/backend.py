@@ -54,7 +54,9 @@ from ..base import Backend, NoticeCallback, Unsubscribe
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
+    created_from_row,
     dumps,
+    new_run_params,
     run_from_row,
     step_from_row,
     transition_params,
@@ -184,18 +186,18 @@ class PostgresBackend(Backend):
             cursors = []
             async with pipelined_transaction(conn):
                 for new in batch:
-                    cursors.append(await conn.execute(QUERIES["create_run"], _new_run(new)))  # noqa: PERF401
+                    cursors.append(await conn.execute(QUERIES["create_run"], new_run_params(new)))  # noqa: PERF401
             results = []
             for cur in cursors:
                 row = await cur.fetchone()
                 assert row is not None
-                results.append(_created(row))
+                results.append(created_from_row(row))
             return results
 
     async def _create_one(self, new: NewRun) -> CreateResult:
-        row = await self._db.one(QUERIES["create_run"], _new_run(new))
+        row = await self._db.one(QUERIES["create_run"], new_run_params(new))
         assert row is not None
-        return _created(row)
+        return created_from_row(row)
 
     async def cancel_run(self, run_id: str) -> bool:
         row = await self._db.one(QUERIES["cancel_run"], {"run_id": run_id})
@@ -497,26 +499,3 @@ class PostgresBackend(Backend):
             )
             await self._listener.start()
         return self._listener.add(callback)
-
-
-def _new_run(new: NewRun) -> dict[str, Any]:
-    return {
-        "id": new.id,
-        "workflow": new.workflow,
-        "version": new.version,
-        "input": new.input_json,
-        "priority": new.priority,
-        "idempotency_key": new.idempotency_key,
-        "delay": new.delay,
-        "run_at": new.run_at,
-        "deadline_in": new.deadline_in,
-        "deadline_at": new.deadline_at,
-        "retention_days": new.retention_days,
-        "parent_id": new.parent_id,
-        "parent_step": new.parent_step,
-    }
-
-
-def _created(row: tuple[Any, ...]) -> CreateResult:
-    """A `create_run` query row: created, the run's columns, input_differs."""
-    return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])

@@ -35,24 +35,8 @@ BEGIN
     END IF;
     ok := true;
 
-    WITH up AS (
-        INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
-                                started_at, completed_at, recorded_at)
-        SELECT p_run_id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
-               u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
-        FROM unnest(p_keys, p_kinds, p_statuses, p_outputs, p_errors, p_attempts, p_started,
-                    p_completed) WITH ORDINALITY
-             AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
-        ORDER BY u.ord
-        ON CONFLICT (run_id, key) DO UPDATE SET
-            seq = excluded.seq, kind = excluded.kind, status = excluded.status,
-            output = excluded.output, error = excluded.error, attempts = excluded.attempts,
-            started_at = excluded.started_at, completed_at = excluded.completed_at,
-            recorded_at = excluded.recorded_at
-        WHERE s.status = 'retrying'
-        RETURNING s.key
-    )
-    SELECT coalesce(array_agg(up.key), '{}') INTO written FROM up;
+    written := write_steps(p_run_id, p_keys, p_kinds, p_statuses, p_outputs, p_errors,
+                           p_attempts, p_started, p_completed);
     DELETE FROM waits WHERE run_id = p_run_id AND key = ANY (p_keys);
 
     INSERT INTO events (run_id, type, data)
