@@ -3,10 +3,12 @@ methods, each with its sync twin)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ._client import ClientBase, fetch_run
+from .backends.base import Backend
 from .durations import Duration, to_seconds
 from .errors import ValidationError
 from .names import WorkflowRef, workflow_name
@@ -24,6 +26,8 @@ from .serialization import encode
 from .validation import check_aware, check_int, check_key, lookup_id
 
 __all__ = ["Reads"]
+
+T = TypeVar("T")
 
 
 class Reads(ClientBase):
@@ -115,13 +119,19 @@ class Reads(ClientBase):
             parent_id,
         )
 
+    async def _rows_of_run(
+        self, read: Callable[[Backend], Callable[[str], Awaitable[list[T]]]], run_id: str
+    ) -> list[T]:
+        """Rows read for one run; none for a run that does not exist is `RunNotFound`."""
+        backend = await self._backend()
+        rows = await read(backend)(lookup_id(run_id))
+        if not rows:
+            await fetch_run(backend, run_id)
+        return rows
+
     async def get_steps_async(self, run_id: str) -> list[Step]:
         """The run's journal: one `Step` per step key, in the order they were recorded."""
-        backend = await self._backend()
-        steps = await backend.get_steps(lookup_id(run_id))
-        if not steps:
-            await fetch_run(backend, run_id)
-        return steps
+        return await self._rows_of_run(lambda b: b.get_steps, run_id)
 
     def get_steps(self, run_id: str) -> list[Step]:
         """The run's journal; see `get_steps_async`."""
@@ -129,11 +139,7 @@ class Reads(ClientBase):
 
     async def get_events_async(self, run_id: str) -> list[Event]:
         """The run's audit trail (created, claimed, step_completed, ...), oldest first."""
-        backend = await self._backend()
-        events = await backend.get_events(lookup_id(run_id))
-        if not events:
-            await fetch_run(backend, run_id)
-        return events
+        return await self._rows_of_run(lambda b: b.get_events, run_id)
 
     def get_events(self, run_id: str) -> list[Event]:
         """The run's audit trail; see `get_events_async`."""

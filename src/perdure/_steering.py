@@ -40,9 +40,7 @@ class Steering(ClientBase):
         Returns True if delivered or buffered, False if the run has ended (nothing is
         stored). The same ``idempotency_key`` twice delivers once. Raises `RunNotFound`.
         """
-        validate_event_name(event)
-        payload_json = encode(payload, what=f"the payload of signal {event!r}")
-        key = None if idempotency_key is None else check_key(idempotency_key)
+        payload_json, key = _event_parts(event, payload, idempotency_key, "signal")
         outcome = await (await self._backend()).deliver_signal(
             lookup_id(run_id), event, payload_json, key
         )
@@ -67,9 +65,7 @@ class Steering(ClientBase):
         """Publish ``event``: resume every run waiting on it whose match the payload
         satisfies, and start every workflow subscribed to a matching pattern.
         A repeated ``idempotency_key`` does nothing and returns the first result."""
-        validate_event_name(event)
-        payload_json = encode(payload, what=f"the payload of event {event!r}")
-        key = None if idempotency_key is None else check_key(idempotency_key)
+        payload_json, key = _event_parts(event, payload, idempotency_key, "event")
         return await (await self._backend()).publish(event, payload_json, key)
 
     def publish(
@@ -112,3 +108,12 @@ class Steering(ClientBase):
     def sweep(self) -> int:
         """Delete finished runs past their retention; see `sweep_async`."""
         return self._portal.call(self.sweep_async)
+
+
+def _event_parts(
+    event: str, payload: Any, idempotency_key: str | None, what: str
+) -> tuple[str, str | None]:
+    """A signal's or event's payload as JSON and its key, after checking all three."""
+    validate_event_name(event)
+    payload_json = encode(payload, what=f"the payload of {what} {event!r}")
+    return payload_json, None if idempotency_key is None else check_key(idempotency_key)

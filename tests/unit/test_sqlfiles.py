@@ -1,3 +1,5 @@
+import pytest
+
 from perdure.backends._sqlfiles import compact, load_migrations, load_queries, parse_queries
 
 
@@ -20,3 +22,19 @@ def test_every_dialect_ships_its_queries_and_numbered_migrations() -> None:
         # psycopg caches the parsing of statements only up to 4 KB.
         assert max(len(q) for q in queries.values()) < 4096
         assert load_migrations(f"perdure.backends.{dialect}")[0].version == 1
+
+
+def test_a_query_includes_a_shared_part_of_its_file() -> None:
+    queries = parse_queries(
+        "-- name: _cols\n-- the columns\na, b\n\n"
+        "-- name: one\nSELECT {{_cols}}\nFROM t\n\n-- name: two\nSELECT {{_cols}} FROM u\n"
+    )
+    assert queries["one"] == "SELECT a, b\nFROM t"
+    assert queries["two"] == "SELECT a, b FROM u"
+
+
+def test_an_include_of_a_missing_or_nested_part_is_refused() -> None:
+    with pytest.raises(ValueError, match="names no query"):
+        parse_queries("-- name: one\nSELECT {{nope}}\n")
+    with pytest.raises(ValueError, match="one level only"):
+        parse_queries("-- name: a\nx\n-- name: b\n{{a}}\n-- name: c\n{{b}}\n")

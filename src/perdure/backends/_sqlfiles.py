@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{(\w+)\}\}")
 _TRAILING_COMMENT = re.compile(r"\s+--\s.*$")
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -42,14 +43,30 @@ class Migration:
 
 
 def parse_queries(text: str) -> dict[str, LiteralString]:
-    """Split a queries file into ``{name: sql}``; duplicate names are an error."""
-    queries: dict[str, LiteralString] = {}
+    """Split a queries file into ``{name: sql}``; duplicate names are an error.
+
+    A query may include another block of the same file with ``{{name}}`` (a part
+    several queries share, such as the columns of a run), expanded here, once, from
+    the file's own text."""
+    queries: dict[str, str] = {}
     parts = _HEADER.split(text)
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = cast(LiteralString, compact(body))  # type: ignore[redundant-cast]
-    return queries
+        queries[name] = compact(body)
+
+    def expand(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in queries:
+            raise ValueError(f"{{{{{name}}}}} names no query of the file")
+        if _INCLUDE.search(queries[name]):
+            raise ValueError(f"{{{{{name}}}}} includes another part: one level only")
+        return queries[name]
+
+    return {
+        name: cast(LiteralString, _INCLUDE.sub(expand, sql))  # type: ignore[redundant-cast]
+        for name, sql in queries.items()
+    }
 
 
 def compact(sql: str) -> str:

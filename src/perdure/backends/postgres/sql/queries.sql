@@ -138,25 +138,24 @@ RETURNING 1
 -- All topic subscriptions.
 SELECT pattern, workflow FROM subscriptions
 
+-- name: _run_columns
+-- (a part) The columns of a run r, as run_from_row() reads them.
+r.id, r.workflow, r.version, r.status, r.input, r.output, r.error, r.attempt,
+r.priority, r.parent_id, r.created_at, r.started_at, r.completed_at,
+CASE WHEN r.status IN ('pending', 'waiting') AND r.available_at <> 'infinity'
+     THEN r.available_at END,
+r.deadline_at, r.idempotency_key, r.wake_reason, r.retention_days, r.updated_at,
+r.parent_step
+
 -- name: get_run
 -- One run by id.
-SELECT r.id, r.workflow, r.version, r.status, r.input, r.output, r.error, r.attempt,
-       r.priority, r.parent_id, r.created_at, r.started_at, r.completed_at,
-       CASE WHEN r.status IN ('pending', 'waiting') AND r.available_at <> 'infinity'
-            THEN r.available_at END,
-       r.deadline_at, r.idempotency_key, r.wake_reason, r.retention_days, r.updated_at,
-       r.parent_step
+SELECT {{_run_columns}}
 FROM runs r
 WHERE r.id = %(run_id)s
 
 -- name: list_runs
 -- Runs matching the filters, newest first, one more than the page to detect the end.
-SELECT r.id, r.workflow, r.version, r.status, r.input, r.output, r.error, r.attempt,
-       r.priority, r.parent_id, r.created_at, r.started_at, r.completed_at,
-       CASE WHEN r.status IN ('pending', 'waiting') AND r.available_at <> 'infinity'
-            THEN r.available_at END,
-       r.deadline_at, r.idempotency_key, r.wake_reason, r.retention_days, r.updated_at,
-       r.parent_step
+SELECT {{_run_columns}}
 FROM runs r
 WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
   AND (%(status)s::text IS NULL OR r.status = %(status)s::text)

@@ -49,28 +49,36 @@ INSERT INTO runs (
 )
 ON CONFLICT DO NOTHING
 RETURNING
-    id, workflow, version, status, input, output, error, attempt, priority,
-    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
-    retention_days, lease_token, claims_since_progress, step_attempts,
-    created_at, started_at, updated_at, completed_at
+    {{_run_columns}}
+
+-- name: _run_columns
+-- (a part) The columns of a run, as to_run() reads them.
+id, workflow, version, status, input, output, error, attempt, priority,
+idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
+retention_days, lease_token, claims_since_progress, step_attempts,
+created_at, started_at, updated_at, completed_at
+
+-- name: _run_filters
+-- (a part) The optional filters of a listing, newest first (after the cursor).
+AND (:status IS NULL OR status = :status)
+AND (:since IS NULL OR created_at >= :since)
+AND (:until IS NULL OR created_at < :until)
+AND (:parent_id IS NULL OR parent_id = :parent_id)
+AND (:input_match IS NULL OR json_contains(input, :input_match))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit
 
 -- name: get_run
 -- One run by id.
 SELECT
-    id, workflow, version, status, input, output, error, attempt, priority,
-    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
-    retention_days, lease_token, claims_since_progress, step_attempts,
-    created_at, started_at, updated_at, completed_at
+    {{_run_columns}}
 FROM runs
 WHERE id = :id
 
 -- name: get_run_by_key
 -- The run of a workflow holding an idempotency key.
 SELECT
-    id, workflow, version, status, input, output, error, attempt, priority,
-    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
-    retention_days, lease_token, claims_since_progress, step_attempts,
-    created_at, started_at, updated_at, completed_at
+    {{_run_columns}}
 FROM runs
 WHERE workflow = :workflow AND idempotency_key = :idempotency_key
 
@@ -221,37 +229,19 @@ SELECT pattern, workflow FROM subscriptions ORDER BY pattern, workflow
 -- name: list_runs
 -- Runs matching optional filters after the cursor (:after_at, :after_id), newest first.
 SELECT
-    id, workflow, version, status, input, output, error, attempt, priority,
-    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
-    retention_days, lease_token, claims_since_progress, step_attempts,
-    created_at, started_at, updated_at, completed_at
+    {{_run_columns}}
 FROM runs INDEXED BY runs_created_idx
 WHERE (created_at, id) < (:after_at, :after_id)
-    AND (:status IS NULL OR status = :status)
-    AND (:since IS NULL OR created_at >= :since)
-    AND (:until IS NULL OR created_at < :until)
-    AND (:parent_id IS NULL OR parent_id = :parent_id)
-    AND (:input_match IS NULL OR json_contains(input, :input_match))
-ORDER BY created_at DESC, id DESC
-LIMIT :limit
+    {{_run_filters}}
 
 -- name: list_runs_of_workflow
 -- Runs of one workflow matching optional filters, as list_runs.
 SELECT
-    id, workflow, version, status, input, output, error, attempt, priority,
-    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
-    retention_days, lease_token, claims_since_progress, step_attempts,
-    created_at, started_at, updated_at, completed_at
+    {{_run_columns}}
 FROM runs INDEXED BY runs_workflow_idx
 WHERE workflow = :workflow
     AND (created_at, id) < (:after_at, :after_id)
-    AND (:status IS NULL OR status = :status)
-    AND (:since IS NULL OR created_at >= :since)
-    AND (:until IS NULL OR created_at < :until)
-    AND (:parent_id IS NULL OR parent_id = :parent_id)
-    AND (:input_match IS NULL OR json_contains(input, :input_match))
-ORDER BY created_at DESC, id DESC
-LIMIT :limit
+    {{_run_filters}}
 
 -- name: get_steps
 -- A run's journal in write order.
@@ -341,10 +331,7 @@ UPDATE runs SET
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING
-    id, workflow, version, status, input, output, error, attempt, priority,
-    idempotency_key, parent_id, parent_step, available_at, wake_reason, deadline_at,
-    retention_days, lease_token, claims_since_progress, step_attempts,
-    created_at, started_at, updated_at, completed_at
+    {{_run_columns}}
 
 -- name: claim_journals
 -- The journals of the runs of a JSON id list, each in write order.
