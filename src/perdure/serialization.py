@@ -182,3 +182,9 @@ def error_from_exception(exc: BaseException, **extra: Any) -> dict[str, Any]:
             "message": message.encode("utf-8", "replace").decode().replace("\x00", ""),
         }
     return error
+
+
+def brief_error(error: dict[str, Any] | None) -> dict[str, Any]:
+    """The type and message of a serialized error (what an audit event records)."""
+    error = error or {}
+    return {"type": error.get("type"), "message": error.get("message")}

@@ -39,7 +39,7 @@ from ..records import (
     WaitWrite,
 )
 from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPolicy
-from ..serialization import decode, encode, error_from_exception
+from ..serialization import brief_error, decode, encode, error_from_exception
 from ..step_info import StepInfo, entered_step, left_step
 from .barrier import ParkBarrier
 from .commits import PassCommits
@@ -203,7 +203,7 @@ class PassSteps:
                 key, kind, "failed", None, error, attempts=attempt, started_at=started
             )
             event = EventWrite(
-                "step_failed", {"step": key, "attempt": attempt, "error": _brief(error)}
+                "step_failed", {"step": key, "attempt": attempt, "error": brief_error(error)}
             )
             stored = await self._record(write, event, step_attempts=1)
             if stored.status == "completed":
@@ -213,7 +213,12 @@ class PassSteps:
         write = StepWrite(key, kind, "retrying", None, error, attempts=attempt, started_at=started)
         event = EventWrite(
             "step_retrying",
-            {"step": key, "attempt": attempt, "delay": round(delay, 3), "error": _brief(error)},
+            {
+                "step": key,
+                "attempt": attempt,
+                "delay": round(delay, 3),
+                "error": brief_error(error),
+            },
         )
         wake_at = self.now() + timedelta(seconds=delay)
         # The attempt is counted in the park transition.
@@ -386,7 +391,3 @@ def _stored(result: TransitionResult, key: str) -> Step | None:
         if step.name == key:
             return step
     return None
-
-
-def _brief(error: dict[str, Any]) -> dict[str, Any]:
-    return {"type": error.get("type"), "message": error.get("message")}

@@ -33,6 +33,7 @@ from ..durations import Duration, to_seconds
 from ..engine.run_log import log_run
 from ..engine.runner import Runner
 from ..engine.services import RunServices
+from ..engine.suspend import engine_error
 from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
 from ..maintenance import sweep_forever
@@ -454,7 +455,7 @@ class Worker:
         run = claim.run
         message = f"the run's stored data cannot be decoded: {claim.poison}"
         log.warning("run %s (%s) fails as PoisonRun: %s", run.id, run.workflow, message)
-        error = {"type": PoisonRun.__name__, "message": message}
+        error = engine_error(PoisonRun(message))
         try:
             await services.commit(Transition(run.id, claim.lease_token, outcome=Fail(error)))
         except BackendError as exc:

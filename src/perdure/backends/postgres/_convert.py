@@ -38,7 +38,7 @@ from ...records import (
     Wait,
     waiting_data,
 )
-from ...serialization import Undecodable
+from ...serialization import Undecodable, brief_error
 
 __all__ = [
     "RUN_WIDTH",
@@ -138,10 +138,6 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _brief(error: dict[str, Any]) -> dict[str, Any]:
-    return {"type": error.get("type"), "message": error.get("message")}
-
-
 def _unique_steps(steps: Sequence[StepWrite]) -> list[StepWrite]:
     """One write per key (a final write is not replaced by a later one in the batch)."""
     chosen: dict[str, StepWrite] = {}
@@ -182,10 +178,10 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         events.append(("completed", None))
     elif isinstance(outcome, Fail):
         kind, error = "fail", outcome.error
-        events.append(("failed", _brief(outcome.error)))
+        events.append(("failed", brief_error(outcome.error)))
     elif isinstance(outcome, Retry):
         kind, wake_at, error = "retry", outcome.wake_at, outcome.error
-        events.append(("retrying", {"wake_at": _iso(wake_at), "error": _brief(outcome.error)}))
+        events.append(("retrying", {"wake_at": _iso(wake_at), "error": brief_error(outcome.error)}))
     elif isinstance(outcome, Release):
         kind = "release"
     else:  # pragma: no cover - the Outcome union is closed

@@ -18,7 +18,6 @@ from ._session import QUERIES, Session
 
 __all__ = [
     "add_event",
-    "brief",
     "cancel_descendants",
     "cancel_ids",
     "insert_run",
@@ -34,12 +33,6 @@ def add_event(s: Session, run_id: str, type_: str, data: Any, now: float) -> Non
         QUERIES["insert_event"],
         {"run_id": run_id, "type": type_, "data": dumps(data), "now": now},
     )
-
-
-def brief(error: dict[str, Any] | None) -> dict[str, Any]:
-    """The type and message of a serialized error (for event data)."""
-    error = error or {}
-    return {"type": error.get("type"), "message": error.get("message")}
 
 
 def insert_run(

@@ -30,9 +30,9 @@ from ...records import (
     WorkerInfo,
     waiting_data,
 )
-from ...serialization import Undecodable
+from ...serialization import Undecodable, brief_error
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
-from ._rows import add_event, brief, cancel_descendants, insert_run, write_child_result, write_step
+from ._rows import add_event, cancel_descendants, insert_run, write_child_result, write_step
 from ._session import QUERIES, Session, is_busy
 
 __all__ = ["apply", "claim_runs", "extend_leases", "release_orphans", "validate_transitions"]
@@ -250,7 +250,7 @@ def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
     elif isinstance(outcome, Complete | Fail):
         _finish(s, t.run_id, outcome, fence, now)
     elif isinstance(outcome, Retry):
-        data = {"wake_at": outcome.wake_at.isoformat(), "error": brief(outcome.error)}
+        data = {"wake_at": outcome.wake_at.isoformat(), "error": brief_error(outcome.error)}
         add_event(s, t.run_id, "retrying", data, now)
         deadline_at = fence["deadline_at"]
         wake_at = to_ts(outcome.wake_at)
@@ -357,7 +357,7 @@ def _finish(
     )
     s.run(QUERIES["delete_run_waits"], {"run_id": run_id})
     s.run(QUERIES["delete_run_signals"], {"run_id": run_id})
-    add_event(s, run_id, status, None if error is None else brief(error), now)
+    add_event(s, run_id, status, None if error is None else brief_error(error), now)
     s.notify("done", run_id)
     if error is not None:
         cancel_descendants(s, run_id, now)  # a failed run's live children end with it
