@@ -145,6 +145,14 @@ class Reads(ClientBase):
         """The run's audit trail; see `get_events_async`."""
         return self._portal.call(self.get_events_async, run_id)
 
+    async def now_async(self) -> datetime:
+        """The database's clock: what every due time, lease and deadline is judged by."""
+        return await (await self._backend()).now()
+
+    def now(self) -> datetime:
+        """The database's clock; see `now_async`."""
+        return self._portal.call(self.now_async)
+
     async def list_workflows_async(self) -> list[WorkflowSummary]:
         """Every known workflow with its number of runs per status."""
         return await (await self._backend()).workflow_summaries()

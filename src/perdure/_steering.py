@@ -95,6 +95,14 @@ class Steering(ClientBase):
         """Remove a topic subscription; see `unsubscribe_async`."""
         return self._portal.call(self.unsubscribe_async, pattern, workflow)
 
+    async def list_subscriptions_async(self) -> list[tuple[str, str]]:
+        """Every topic subscription as ``(pattern, workflow)``, sorted."""
+        return await (await self._backend()).list_subscriptions()
+
+    def list_subscriptions(self) -> list[tuple[str, str]]:
+        """Every topic subscription; see `list_subscriptions_async`."""
+        return self._portal.call(self.list_subscriptions_async)
+
     async def sweep_async(self) -> int:
         """Delete finished runs past their retention now; returns how many."""
         backend = await self._backend()

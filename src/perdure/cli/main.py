@@ -136,6 +136,30 @@ def worker(
 
 
 @cli.command()
+@click.argument("app_spec", metavar="[APP]", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.pass_context
+def serve(ctx: click.Context, app_spec: str | None, host: str, port: int) -> None:
+    """Serve the REST API (docs/api.md) until SIGTERM/SIGINT.
+
+    With APP (module:attribute) the server uses that App; without, the database of
+    --database. Set PERDURE_API_TOKENS (comma-separated) to require a bearer token;
+    without tokens the server listens on loopback only."""
+    try:
+        from ..server import serve as run_server
+    except ImportError:
+        fail("the server needs its extra: pip install 'perdure[server]'")
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("perdure").setLevel(logging.INFO)
+    app = load_app(app_spec) if app_spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
+    try:
+        run_server(app, host=host, port=port)
+    finally:
+        app.close()
+
+
+@cli.command()
 @click.pass_context
 def migrate(ctx: click.Context) -> None:
     """Create or upgrade the database schema."""

@@ -1,0 +1,60 @@
+"""The REST API (``perdure serve``): FastAPI over an `App`'s async methods, so every
+check a Python caller meets applies to HTTP callers too. See docs/api.md."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from .._version import __version__
+from ..app import App
+from .errors import install_error_handlers
+from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
+from .others import router as others_router
+from .runs import router as runs_router
+
+__all__ = ["create_server", "serve"]
+
+log = logging.getLogger("perdure.server")
+
+
+def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
+    """The ASGI application of the REST API for ``app``. With ``tokens``, every request
+    but ``/healthz`` and ``/openapi.json`` needs one as a bearer token."""
+
+    @asynccontextmanager
+    async def lifespan(_api: FastAPI) -> AsyncIterator[None]:
+        yield
+        await app.close_async()
+
+    api = FastAPI(
+        title="perdure",
+        version=__version__,
+        summary="Durable workflows on PostgreSQL or SQLite: start, watch and steer runs.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    api.state.perdure = app
+    install_error_handlers(api)
+    api.include_router(runs_router)
+    api.include_router(others_router)
+    api.add_middleware(TokenCheck, tokens=tokens)
+    api.add_middleware(BodyLimit)
+    return api
+
+
+def serve(
+    app: App, *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None
+) -> None:
+    """Run the REST API in the foreground until SIGTERM/SIGINT. Without tokens (none
+    given and no ``PERDURE_API_TOKENS``) it listens on loopback only."""
+    import uvicorn
+
+    keys = load_tokens(tokens)
+    check_bind(host, keys)
+    log.info("serving the perdure API on http://%s:%d", host, port)
+    uvicorn.run(create_server(app, tokens=keys), host=host, port=port, log_level="warning")

@@ -1,0 +1,194 @@
+"""The JSON shapes of the REST API (camelCase on the wire), as pydantic models so the
+OpenAPI document describes every request and answer."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "ApiError",
+    "ErrorBody",
+    "EventOut",
+    "List",
+    "PublishedOut",
+    "RunOut",
+    "StartIn",
+    "StartOut",
+    "StepOut",
+    "SubscriptionIn",
+    "WorkerOut",
+    "WorkflowOut",
+]
+
+T = TypeVar("T")
+
+
+class Model(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown request fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    @classmethod
+    def of(cls, record: Any) -> Any:
+        """The model of a perdure record (a dataclass)."""
+        return cls.model_validate(
+            {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        )
+
+
+class ApiError(Model):
+    """What went wrong, in words a user understands."""
+
+    type: str = Field(description="The kind of error, e.g. ValidationError or RunNotFound.")
+    message: str
+
+
+class ErrorBody(Model):
+    """Every error answer: ``{"error": {"type", "message"}}``."""
+
+    error: ApiError
+
+
+class List(Model, Generic[T]):
+    """A page of a list; pass ``nextCursor`` back as ``cursor`` for the next page."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class StartIn(Model):
+    """A run to start. The same ``idempotencyKey`` (per workflow) returns the existing run."""
+
+    input: Any = None
+    version: int | None = Field(default=None, ge=1)
+    idempotency_key: str | None = None
+    retention_days: int | None = Field(default=None, ge=0)
+    priority: int | None = None
+    delay_seconds: float | None = Field(default=None, ge=0)
+    run_id: str | None = None
+
+
+class StartOut(Model):
+    """A started run (201), or the existing one (200)."""
+
+    run_id: str
+    created: bool
+    status: str
+    warning: str | None = Field(
+        default=None, description="Set when no process has registered the workflow yet."
+    )
+
+
+class RunOut(Model):
+    """One run, as stored."""
+
+    id: str
+    workflow: str
+    version: int | None
+    status: str
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    attempt: int
+    priority: int
+    parent_id: str | None
+    parent_step: str | None = None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime | None = None
+    wake_at: datetime | None
+    wake_reason: str | None = None
+    deadline_at: datetime | None
+    idempotency_key: str | None = None
+    retention_days: int = 30
+
+
+class StepOut(Model):
+    """One journal row."""
+
+    name: str
+    kind: str
+    status: str
+    output: Any
+    error: dict[str, Any] | None
+    attempts: int
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
+class EventOut(Model):
+    """One entry of a run's audit trail."""
+
+    type: str
+    data: Any
+    created_at: datetime
+
+
+class WorkflowOut(Model):
+    """A known workflow and its number of runs per status."""
+
+    name: str
+    counts: dict[str, int]
+
+
+class WorkerOut(Model):
+    """A worker process, live or recently stopped."""
+
+    id: str
+    host: str
+    pid: int
+    workflows: list[str]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None = None
+
+
+class PublishedOut(Model):
+    """What a published event did."""
+
+    started: list[str]
+    resumed: list[str]
+
+
+class SignalOut(Model):
+    """Whether the signal was delivered (or buffered); false when the run had ended."""
+
+    delivered: bool
+
+
+class CancelOut(Model):
+    """Whether the run was live (and is cancelled now)."""
+
+    run_id: str
+    cancelled: bool
+
+
+class SubscriptionIn(Model):
+    """A durable topic subscription: start ``workflow`` for events matching ``pattern``."""
+
+    pattern: str
+    workflow: str
+
+
+class SubscriptionOut(Model):
+    """A topic subscription, and whether this call changed anything."""
+
+    pattern: str
+    workflow: str
+    changed: bool = True
+
+
+class HealthOut(Model):
+    """The server and its database answer."""
+
+    status: str
+    database: str

@@ -1,0 +1,148 @@
+"""A real `perdure serve` process (and a real worker) for the REST tests, and a tiny
+HTTP client on the standard library."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PERDURE = [sys.executable, "-m", "perdure.cli.main"]
+
+APP_MODULE = textwrap.dedent(
+    """
+    from perdure import App, Context
+
+    app = App()
+
+    @app.workflow
+    async def greet(ctx: Context, name: str) -> str:
+        return await ctx.step.run("greet", lambda: f"hi {name}")
+
+    @app.workflow
+    async def approval(ctx: Context, order: dict) -> dict:
+        await ctx.step.run("reserve", lambda: order["order"])
+        return await ctx.step.wait_for_event("approve")
+    """
+)
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+
+class Http:
+    """JSON over HTTP to one server."""
+
+    def __init__(self, base: str, token: str | None = None) -> None:
+        self.base = base
+        self.token = token
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token is not None:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        for key, value in (headers or {}).items():
+            request.add_header(key, value)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                status, payload, got = answer.status, answer.read(), dict(answer.headers)
+        except urllib.error.HTTPError as error:
+            status, payload, got = error.code, error.read(), dict(error.headers)
+        text = payload.decode()
+        return Reply(status, json.loads(text) if text else None, got)
+
+    def get(self, path: str) -> Reply:
+        return self.call("GET", path)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Reply:
+        return self.call("POST", path, body, **kw)
+
+    def delete(self, path: str) -> Reply:
+        return self.call("DELETE", path)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def environment(database: Any, folder: Path, **extra: str) -> dict[str, str]:
+    (folder / "rest_app.py").write_text(APP_MODULE)
+    env = dict(os.environ)
+    env.pop("PERDURE_API_TOKENS", None)
+    env.update(
+        PERDURE_DATABASE_URL=database.url,
+        PERDURE_SCHEMA=database.schema,
+        PYTHONPATH=str(folder),
+        **extra,
+    )
+    return env
+
+
+@contextmanager
+def process(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [*PERDURE, *args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def server(env: dict[str, str], cwd: Path, *args: str, token: str | None = None) -> Iterator[Http]:
+    """``perdure serve`` on a free port, answering /healthz (or failing the test)."""
+    port = free_port()
+    with process(["serve", "--port", str(port), *args], env, cwd) as proc:
+        http = Http(f"http://127.0.0.1:{port}", token)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if http.get("/healthz").status == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = proc.stdout.read() if proc.stdout else ""
+                raise AssertionError(f"perdure serve did not come up:\n{out}")
+            time.sleep(0.05)
+        yield http

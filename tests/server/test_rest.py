@@ -1,0 +1,175 @@
+"""Every REST route end to end: a real `perdure serve` process and a real worker
+process on each backend, driven over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine.helpers import wait_for
+
+from .harness import Http, environment, process, server
+
+RUNS = "/v1/workflows/{}/runs"
+
+
+def _run(http: Http, workflow: str, run_id: str) -> dict[str, Any]:
+    reply = http.get(f"{RUNS.format(workflow)}/{run_id}")
+    assert reply.status == 200, reply.body
+    body: dict[str, Any] = reply.body
+    return body
+
+
+def _until(http: Http, workflow: str, run_id: str, status: str) -> dict[str, Any]:
+    return wait_for(lambda: (r := _run(http, workflow, run_id))["status"] == status and r, 20)
+
+
+def _count(http: Http, workflow: str) -> int:
+    return len(http.get(RUNS.format(workflow) + "?limit=1000").body["items"])
+
+
+def test_every_route_end_to_end(database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = environment(database, tmp_path)
+    with server(env, tmp_path) as http, process(["worker", "rest_app:app"], env, tmp_path):
+        assert http.get("/healthz").body == {"status": "ok", "database": "ok"}
+
+        # start, idempotently, and read the run until it completes
+        started = http.post(RUNS.format("greet"), {"input": "ada", "idempotencyKey": "k1"})
+        assert started.status == 201 and started.body["created"] is True
+        run_id = started.body["runId"]
+        again = http.post(RUNS.format("greet"), {"input": "ada", "idempotencyKey": "k1"})
+        assert again.status == 200 and again.body == {
+            **started.body,
+            "created": False,
+            "status": again.body["status"],
+        }
+        done = _until(http, "greet", run_id, "completed")
+        assert done["output"] == "hi ada" and done["workflow"] == "greet"
+        assert {"createdAt", "completedAt", "parentId", "retentionDays"} <= set(done)
+
+        # the journal and the audit trail
+        steps = http.get(f"{RUNS.format('greet')}/{run_id}/steps").body
+        assert [(s["name"], s["status"], s["output"]) for s in steps["items"]] == [
+            ("greet", "completed", "hi ada")
+        ]
+        events = [
+            e["type"] for e in http.get(f"{RUNS.format('greet')}/{run_id}/events").body["items"]
+        ]
+        assert events[0] == "created" and "completed" in events
+        first = http.get(f"{RUNS.format('greet')}/{run_id}/events?limit=1").body
+        assert len(first["items"]) == 1 and first["nextCursor"]
+        rest = http.get(f"{RUNS.format('greet')}/{run_id}/events?cursor={first['nextCursor']}")
+        assert [e["type"] for e in first["items"] + rest.body["items"]] == events
+
+        # a signal resolves a waiting run; input filters and status filters list runs
+        waiting = http.post(RUNS.format("approval"), {"input": {"order": 7}}).body["runId"]
+        _until(http, "approval", waiting, "waiting")
+        signal = http.post(f"{RUNS.format('approval')}/{waiting}/signals/approve", {"ok": True})
+        assert signal.status == 200 and signal.body == {"delivered": True}
+        assert _until(http, "approval", waiting, "completed")["output"] == {"ok": True}
+        other = http.post(RUNS.format("approval"), {"input": {"order": 8}}).body["runId"]
+        matched = http.get(RUNS.format("approval") + "?input.order=7").body["items"]
+        assert [r["id"] for r in matched] == [waiting]
+        listed = http.get(RUNS.format("approval") + "?status=completed").body["items"]
+        assert [r["id"] for r in listed] == [waiting]
+        page = http.get(RUNS.format("approval") + "?limit=1").body
+        assert [r["id"] for r in page["items"]] == [other] and page["nextCursor"]
+        second = http.get(RUNS.format("approval") + f"?limit=1&cursor={page['nextCursor']}").body
+        assert [r["id"] for r in second["items"]] == [waiting] and second["nextCursor"] is None
+
+        # cancel (DELETE) a live run, then again
+        _until(http, "approval", other, "waiting")
+        cancelled = http.delete(f"{RUNS.format('approval')}/{other}")
+        assert cancelled.status == 200 and cancelled.body == {"runId": other, "cancelled": True}
+        assert _run(http, "approval", other)["status"] == "cancelled"
+        assert http.delete(f"{RUNS.format('approval')}/{other}").body["cancelled"] is False
+        ended = http.post(f"{RUNS.format('approval')}/{other}/signals/approve", {"late": 1})
+        assert ended.body == {"delivered": False}
+
+        # topic subscriptions and publishing
+        sub = {"pattern": "order.*", "workflow": "greet"}
+        assert http.post("/v1/subscriptions", sub).status == 201
+        assert http.post("/v1/subscriptions", sub).status == 200
+        assert http.get("/v1/subscriptions").body["items"] == [{**sub, "changed": False}]
+        published = http.post("/v1/events/order.placed", "bob").body
+        assert len(published["started"]) == 1 and published["resumed"] == []
+        assert _until(http, "greet", published["started"][0], "completed")["output"] == "hi bob"
+        assert http.delete("/v1/subscriptions?pattern=order.*&workflow=greet").body["changed"]
+        assert http.get("/v1/subscriptions").body["items"] == []
+
+        # workflows and workers
+        counts = {w["name"]: w["counts"] for w in http.get("/v1/workflows").body["items"]}
+        assert counts["greet"]["completed"] == 2 and counts["approval"]["cancelled"] == 1
+        workers = http.get("/v1/workers").body["items"]
+        assert any("greet@1" in w["workflows"] for w in workers)
+
+
+def test_bad_requests_answer_4xx_in_one_shape_and_store_nothing(  # type: ignore[no-untyped-def]
+    database, tmp_path: Path
+) -> None:
+    env = environment(database, tmp_path)
+    with server(env, tmp_path) as http:
+        run_id = http.post(RUNS.format("greet"), {"input": "x"}).body["runId"]
+        bad: list[tuple[str, str, Any, dict[str, Any], int, str]] = [
+            ("GET", f"{RUNS.format('greet')}/nope", None, {}, 404, "RunNotFound"),
+            ("GET", f"{RUNS.format('approval')}/{run_id}", None, {}, 404, "RunNotFound"),
+            ("GET", RUNS.format("greet") + "?status=done", None, {}, 422, "ValidationError"),
+            ("GET", RUNS.format("greet") + "?cursor=zzz", None, {}, 422, "ValidationError"),
+            ("GET", RUNS.format("greet") + "?limit=0", None, {}, 422, "ValidationError"),
+            ("GET", RUNS.format("greet") + "?since=yesterday", None, {}, 422, "ValidationError"),
+            ("GET", "/v1/workers?seenWithin=forever", None, {}, 422, "ValidationError"),
+            ("GET", "/v1/no/such/route", None, {}, 404, "NotFound"),
+            ("PUT", RUNS.format("greet"), None, {}, 405, "MethodNotAllowed"),
+            ("POST", RUNS.format("greet"), {"input": 1, "bogus": 2}, {}, 422, "ValidationError"),
+            ("POST", RUNS.format("greet"), {"priority": "high"}, {}, 422, "ValidationError"),
+            ("POST", RUNS.format("greet"), {"version": 0}, {}, 422, "ValidationError"),
+            ("POST", RUNS.format("bad%20name"), {}, {}, 422, "ValidationError"),
+            ("POST", RUNS.format("greet"), {"idempotencyKey": ""}, {}, 422, "ValidationError"),
+            ("POST", RUNS.format("greet"), None, {"raw": b"{nope"}, 422, "ValidationError"),
+            ("POST", RUNS.format("greet"), None, {"raw": b"[" * 100_000}, 422, "ValidationError"),
+            ("POST", RUNS.format("greet"), None, {"raw": b'"' + b"a" * 1_100_000 + b'"'}, 413,
+             "PayloadTooLarge"),
+            ("POST", f"{RUNS.format('greet')}/{run_id}/signals/bad%20event", 1, {}, 422,
+             "ValidationError"),
+            ("POST", "/v1/events/x?idempotencyKey=" + "k" * 300, 1, {}, 422, "ValidationError"),
+            ("POST", "/v1/subscriptions", {"pattern": "", "workflow": "greet"}, {}, 422,
+             "ValidationError"),
+            ("DELETE", "/v1/subscriptions?pattern=a", None, {}, 422, "ValidationError"),
+        ]  # fmt: skip
+        for method, path, body, extra, status, kind in bad:
+            reply = http.call(method, path, body, **extra)
+            assert (reply.status, reply.body["error"]["type"]) == (status, kind), (path, reply)
+            assert reply.body["error"]["message"]
+        assert _count(http, "greet") == 1
+        assert http.get("/v1/subscriptions").body["items"] == []
+
+
+@pytest.mark.parametrize("sqlite_only", [None])
+def test_tokens_are_required_when_set_and_both_rotation_tokens_work(  # type: ignore[no-untyped-def]
+    sqlite_database, tmp_path: Path, sqlite_only: None
+) -> None:
+    old, new = "old-token-0123456789", "new-token-9876543210"
+    env = environment(sqlite_database, tmp_path, PERDURE_API_TOKENS=f"{old}, {new}")
+    with server(env, tmp_path, "--host", "0.0.0.0") as http:
+        assert http.get("/healthz").status == 200  # open, for load balancers
+        for token in (None, "wrong-token-000000000"):
+            reply = Http(http.base, token).get("/v1/workflows")
+            assert reply.status == 401 and reply.body["error"]["type"] == "Unauthorized"
+            assert reply.headers.get("www-authenticate") == "Bearer"
+        assert Http(http.base, old).get("/v1/workflows").status == 200
+        assert Http(http.base, new).post(RUNS.format("greet"), {"input": 1}).status == 201
+        assert Http(http.base, None).post(RUNS.format("greet"), {"input": 2}).status == 401
+        assert len(Http(http.base, new).get(RUNS.format("greet")).body["items"]) == 1
+
+
+def test_without_tokens_the_server_refuses_to_listen_beyond_loopback(  # type: ignore[no-untyped-def]
+    sqlite_database, tmp_path: Path
+) -> None:
+    env = environment(sqlite_database, tmp_path)
+    with process(["serve", "--host", "0.0.0.0", "--port", "0"], env, tmp_path) as proc:
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "refusing to listen on '0.0.0.0' without API tokens" in out
+    assert "Traceback" not in out
