@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The dashboard's tests drive Debian's Chromium (no browser download from PyPI).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint typecheck bench bench-quick chaos-large clean
 
@@ -18,12 +21,15 @@ demo: $(BIN)/python
 
 # Install everything and run the whole suite (unit, contract on SQLite and
 # PostgreSQL, engine end to end, CLI, examples, chaos smoke), plus lint and types.
-test: $(BIN)/python
+test: $(BIN)/python $(CHROMIUM)
 	$(BIN)/pip install --quiet -e ".[all]"
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+$(CHROMIUM):
+	$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium
 
 lint: $(BIN)/python
 	$(BIN)/ruff check src tests examples bench

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from .errors import ValidationError
 
@@ -73,3 +73,20 @@ def format_duration(seconds: float) -> str:
         if n:
             out.append(f"{n}{unit}")
     return "".join(out) or "0s"
+
+
+def moment(text: str, *, what: str) -> datetime:
+    """A point in time typed by a person: ISO 8601 (UTC when it has no offset) or a
+    duration ago (``1h`` is one hour ago)."""
+    try:
+        return datetime.now(UTC) - timedelta(seconds=to_seconds(text, what=what))
+    except ValidationError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            f"{what} must be an ISO 8601 time (2026-11-25T14:00) or a duration ago (1h), "
+            f"got {text!r:.80}"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import click
 
 from ..app import App
-from ..durations import to_seconds
+from ..durations import moment
 from ..errors import ValidationError
 
 __all__ = ["client", "json_arg", "time_arg"]
@@ -36,18 +36,10 @@ def json_arg(value: str | None, what: str) -> Any:
 
 def time_arg(value: str | None, what: str) -> datetime | None:
     """A point in time: ISO 8601 (UTC when no offset is given) or a duration ago
-    (``1h`` = one hour ago)."""
+    (``1h`` = one hour ago); a bad one is a usage error."""
     if value is None:
         return None
     try:
-        return datetime.now(UTC) - timedelta(seconds=to_seconds(value, what=what))
-    except ValidationError:
-        pass
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"{what} must be an ISO 8601 time (2026-11-25T14:00) or a duration ago (1h), "
-            f"got {value!r}"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        return moment(value, what=what)
+    except ValidationError as exc:
+        raise click.BadParameter(str(exc)) from None

@@ -9,6 +9,7 @@ import click
 from rich.text import Text
 
 from ..app import App
+from ..describe import waits_for
 from ..records import Event, Run, Step
 from .client import client, json_arg, time_arg
 from .output import as_dict, console, emit_json, json_option, literal, table
@@ -160,7 +161,7 @@ def _print_header(run: Run, events: list[Event], children: list[Run]) -> None:
         console.print(f"parent: {run.parent_id} (its step {run.parent_step})")
     for child in children:
         console.print(f"child:  {child.id} {_version(child)} {child.status}")
-    waiting = _waits_for(run, events)
+    waiting = waits_for(run, events)
     if waiting:
         console.print(f"waits for: {waiting}")
     console.print(f"input:  {literal(run.input)}")
@@ -168,31 +169,6 @@ def _print_header(run: Run, events: list[Event], children: list[Run]) -> None:
         console.print(f"output: {literal(run.output)}")
     if run.error:
         console.print(f"error:  {run.error.get('type')}: {run.error.get('message')}")
-
-
-def _waits_for(run: Run, events: list[Event]) -> str | None:
-    """What a live run waits for, in words."""
-    if run.status == "pending":
-        if run.version is None:
-            return f"a worker that serves {run.workflow} (no process has registered it yet)"
-        return "a free worker" + ("" if run.wake_at is None else f", from {run.wake_at}")
-    if run.status != "waiting":
-        return None
-    parked = next((e.data for e in reversed(events) if e.type == "waiting"), None) or {}
-    until = "" if run.wake_at is None else f" (until {run.wake_at.isoformat()})"
-    reason = run.wake_reason
-    if reason == "event":
-        names = ", ".join(parked.get("events") or []) or "an event"
-        return f"event {names}{until}"
-    if reason == "sleep":
-        return f"a timer{until}"
-    if reason == "retry":
-        return f"its next attempt{until}"
-    if reason == "child":
-        return f"a child run{until}"
-    if reason == "version":
-        return f"a worker with version {run.version}{until}"
-    return f"a worker{until}"
 
 
 def _print_timeline(run: Run, steps: list[Step], events: list[Event]) -> None:

@@ -1,5 +1,6 @@
-"""The REST API (``perdure serve``): FastAPI over an `App`'s async methods, so every
-check a Python caller meets applies to HTTP callers too. See docs/api.md."""
+"""The server (``perdure serve``): the REST API and the dashboard, over an `App`'s async
+methods, so every check a Python caller meets applies to HTTP callers too. See
+docs/api.md and docs/dashboard.md."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from .._version import __version__
 from ..app import App
+from . import dashboard
 from .errors import install_error_handlers
 from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
 from .others import router as others_router
@@ -42,6 +45,9 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     install_error_handlers(api)
     api.include_router(runs_router)
     api.include_router(others_router)
+    api.include_router(dashboard.router)
+    api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")
+    api.state.token_check = TokenCheck(api, tokens).known if tokens else None
     api.add_middleware(TokenCheck, tokens=tokens)
     api.add_middleware(BodyLimit)
     return api

@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import urlencode
 
 from ..errors import ConfigurationError
 
@@ -110,23 +111,43 @@ class BodyLimit:
 
 
 class TokenCheck:
-    """With tokens set, every request but ``/healthz`` and the OpenAPI document needs
-    ``Authorization: Bearer <token>``; tokens are compared in constant time."""
+    """With tokens set, every request but ``/healthz``, the OpenAPI document, the
+    dashboard's sign-in page and its static files needs a token: as
+    ``Authorization: Bearer <token>`` (the API), or in the dashboard's cookie. A
+    dashboard page asked for without one redirects to the sign-in page. Tokens are
+    compared in constant time."""
 
-    OPEN = ("/healthz", "/openapi.json")
+    OPEN = ("/healthz", "/openapi.json", "/login")
+    COOKIE = b"perdure_token"
 
     def __init__(self, app: ASGIApp, tokens: tuple[str, ...]) -> None:
         self.app = app
         self.tokens = tuple(t.encode() for t in tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.tokens or scope.get("path") in self.OPEN:
+        path = str(scope.get("path", ""))
+        if (
+            scope["type"] != "http"
+            or not self.tokens
+            or path in self.OPEN
+            or path.startswith("/static/")
+        ):
             await self.app(scope, receive, send)
             return
-        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        headers = dict(scope.get("headers") or [])
+        header = headers.get(b"authorization", b"")
         scheme, _, given = header.partition(b" ")
-        if scheme.lower() == b"bearer" and self._known(given.strip()):
+        if scheme.lower() == b"bearer" and self.known(given.strip()):
             await self.app(scope, receive, send)
+            return
+        if not header and self.known(_cookie(headers.get(b"cookie", b""), self.COOKIE)):
+            await self.app(scope, receive, send)
+            return
+        if not path.startswith("/v1/") and scope.get("method") == "GET" and not header:
+            target = "/login?" + urlencode({"next": path})
+            await send({"type": "http.response.start", "status": 303,
+                        "headers": [(b"location", target.encode())]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b""})
             return
         message = (
             "a bearer token is required: send Authorization: Bearer <token>"
@@ -135,8 +156,22 @@ class TokenCheck:
         )
         await _send_error(send, 401, "Unauthorized", message, **{"WWW-Authenticate": "Bearer"})
 
+    def known(self, given: bytes) -> bool:
+        """True if ``given`` is one of the tokens."""
+        if not given:
+            return False
+        return self._known(given)
+
     def _known(self, given: bytes) -> bool:
         matched = False
         for token in self.tokens:  # every token compared, whichever matches
             matched |= hmac.compare_digest(given, token)
         return matched
+
+
+def _cookie(header: bytes, name: bytes) -> bytes:
+    for part in header.split(b";"):
+        key, _, value = part.strip().partition(b"=")
+        if key == name:
+            return value
+    return b""

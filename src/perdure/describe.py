@@ -1,0 +1,32 @@
+"""Runs described in words, for people: the CLI and the dashboard say the same."""
+
+from __future__ import annotations
+
+from .records import Event, Run
+
+__all__ = ["waits_for"]
+
+
+def waits_for(run: Run, events: list[Event]) -> str | None:
+    """What a live run waits for, in words (None for a running or ended run)."""
+    if run.status == "pending":
+        if run.version is None:
+            return f"a worker that serves {run.workflow} (no process has registered it yet)"
+        return "a free worker" + ("" if run.wake_at is None else f", from {run.wake_at}")
+    if run.status != "waiting":
+        return None
+    parked = next((e.data for e in reversed(events) if e.type == "waiting"), None) or {}
+    until = "" if run.wake_at is None else f" (until {run.wake_at.isoformat()})"
+    reason = run.wake_reason
+    if reason == "event":
+        names = ", ".join(parked.get("events") or []) or "an event"
+        return f"event {names}{until}"
+    if reason == "sleep":
+        return f"a timer{until}"
+    if reason == "retry":
+        return f"its next attempt{until}"
+    if reason == "child":
+        return f"a child run{until}"
+    if reason == "version":
+        return f"a worker with version {run.version}{until}"
+    return f"a worker{until}"

@@ -1,0 +1,238 @@
+"""The dashboard in a real headless Chromium (Debian's package, driven by Playwright):
+real pages over a real `perdure serve` and a real worker. Screenshots of the main
+pages are saved to build/screenshots/ for a person to look at."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine.helpers import wait_for
+
+from .harness import Http, environment, process, server
+
+CHROMIUM = os.environ.get("PERDURE_CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+
+DASH_APP = textwrap.dedent(
+    """
+    from perdure import App, Context, RetryPolicy
+
+    app = App()
+    tries = {}
+
+    def flaky(key: str) -> str:
+        tries[key] = tries.get(key, 0) + 1
+        if tries[key] < 2:
+            raise RuntimeError("the card network timed out")
+        return "charged"
+
+    @app.workflow
+    async def order(ctx: Context, data: dict) -> dict:
+        reserved = await ctx.step.run("reserve", lambda: {"sku": data["sku"]})
+        charged = await ctx.step.run(
+            "charge", flaky, ctx.run_id, retry=RetryPolicy(max_attempts=3, initial=0.2)
+        )
+        await ctx.step.sleep("cool-off", 0.2)
+        approval = await ctx.step.wait_for_event("approve", timeout="1h")
+        return {"reserved": reserved, "charged": charged, "approval": approval}
+    """
+)
+
+
+def _browser_or_fail() -> Any:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("playwright is not installed (make test installs it)")
+        pytest.skip("playwright is not installed")
+    if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"no Chromium at {CHROMIUM} (make test installs Debian's chromium)")
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    return sync_playwright
+
+
+@pytest.fixture
+def site(sqlite_database, tmp_path: Path) -> Iterator[tuple[Http, list[str]]]:  # type: ignore[no-untyped-def]
+    """A server and a worker, with three order runs waiting for approval."""
+    env = environment(sqlite_database, tmp_path)
+    (tmp_path / "dash_app.py").write_text(DASH_APP)
+    with (
+        server(env, tmp_path, "dash_app:app") as http,
+        process(["worker", "dash_app:app", "--poll-interval", "0.05"], env, tmp_path),
+    ):
+        ids = [
+            http.post("/v1/workflows/order/runs", {"input": {"sku": sku}}).body["runId"]
+            for sku in ("apple", "banana", "<script>alert('x')</script>")
+        ]
+
+        def parked_for_approval(run_id: str) -> bool:
+            path = f"/v1/workflows/order/runs/{run_id}"
+            waiting = http.get(path).body["status"] == "waiting"
+            return waiting and "approve" in str(http.get(f"{path}/events").body)
+
+        for run_id in ids:
+            wait_for(lambda: parked_for_approval(run_id), 20)  # noqa: B023
+        yield http, ids
+
+
+@pytest.fixture
+def page(site: tuple[Http, list[str]]) -> Iterator[Any]:
+    sync_playwright = _browser_or_fail()
+    http, _ = site
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1366, "height": 900})
+        tab = context.new_page()
+        tab.requests = []  # type: ignore[attr-defined]
+        tab.dialogs = []  # type: ignore[attr-defined]
+        tab.console_errors = []  # type: ignore[attr-defined]
+        tab.on("request", lambda r: tab.requests.append(r.url))  # type: ignore[attr-defined]
+        tab.on("dialog", lambda d: (tab.dialogs.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
+        # script errors and failed loads; a page answered 422 (a bad filter) is meant
+        tab.on(
+            "console",
+            lambda m: (
+                m.type == "error"
+                and "status of 422" not in m.text
+                and tab.console_errors.append(m.text)
+            ),  # type: ignore[attr-defined]
+        )
+        tab.base = http.base  # type: ignore[attr-defined]
+        yield tab
+        # nothing the pages asked for left the server
+        assert all(u.startswith(http.base) for u in tab.requests), tab.requests  # type: ignore[attr-defined]
+        assert tab.dialogs == []  # type: ignore[attr-defined]
+        assert tab.console_errors == []  # type: ignore[attr-defined]
+        browser.close()
+
+
+def _shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_the_overview_shows_workflows_with_counts_and_workers(page: Any) -> None:
+    page.goto(page.base + "/")
+    assert page.title() == "Workflows · perdure"
+    row = page.locator("table.grid tbody tr", has_text="order")
+    assert row.locator("a.st-waiting").inner_text() == "3"
+    assert "order@1" in page.locator("ul.workers").inner_text()
+    _shot(page, "overview")
+
+
+def test_runs_are_filtered_by_status_and_input_and_link_to_their_page(page: Any) -> None:
+    page.goto(page.base + "/runs")
+    assert page.locator("table.runs tbody tr").count() == 3
+    page.select_option("select[name=status]", "completed")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/runs?**status=completed**")
+    assert page.locator("table.runs").count() == 0 and "No run matches" in page.inner_text("main")
+    page.goto(page.base + "/runs")
+    page.fill("input[name=input]", '{"sku": "banana"}')
+    page.click("button[type=submit]")
+    rows = page.locator("table.runs tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 1 and "banana" in rows.first.inner_text()
+    _shot(page, "runs")
+    page.fill("input[name=since]", "yesterday-ish")
+    page.click("button[type=submit]")
+    assert "since must be an ISO 8601 time" in page.locator("p.error").inner_text()
+
+
+def test_a_run_page_shows_its_timeline_and_data_escaped(
+    page: Any, site: tuple[Http, list[str]]
+) -> None:
+    _, ids = site
+    page.goto(page.base + f"/runs/{ids[2]}")
+    assert page.locator("#run-status").inner_text() == "waiting"
+    assert "event approve" in page.locator(".facts").inner_text()
+    labels = page.locator(".gantt .label").all_inner_texts()
+    assert labels == ["reserve", "charge", "cool-off", "waiting (event)"]
+    assert page.locator(".gantt rect.bar").count() == 4
+    assert "2 attempts" in page.locator(".gantt .times").inner_text()
+    # the input holds a <script>: shown as text, never run
+    assert "<script>alert('x')</script>" in page.locator("pre.json").first.inner_text()
+    assert page.locator("main script").count() == 0
+    events = page.locator("table.events").inner_text()
+    assert "step_retrying" in events and "the card network timed out" in events
+    _shot(page, "run-waiting")
+
+
+def test_a_signal_from_the_page_completes_the_run_and_the_page_updates_by_itself(
+    page: Any, site: tuple[Http, list[str]]
+) -> None:
+    _, ids = site
+    page.goto(page.base + f"/runs/{ids[0]}")
+    page.fill("input[name=event]", "approve")
+    page.fill("input[name=payload]", '{"by": "ada"}')
+    page.click("#signal")
+    page.wait_for_url(f"**/runs/{ids[0]}?done=sent+approve")
+    # no reload from here on: the live page picks the completion up by itself
+    page.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
+    assert '"by": "ada"' in page.locator("#output").inner_text()
+    _shot(page, "run-completed")
+
+
+def test_cancel_from_the_page_ends_the_run(page: Any, site: tuple[Http, list[str]]) -> None:
+    http, ids = site
+    page.goto(page.base + f"/runs/{ids[1]}")
+    page.click("#cancel")
+    page.wait_for_url(f"**/runs/{ids[1]}?done=cancelled")
+    assert page.locator("#run-status").inner_text() == "cancelled"
+    assert http.get(f"/v1/workflows/order/runs/{ids[1]}").body["status"] == "cancelled"
+
+
+def test_an_action_posted_from_another_origin_is_refused(site: tuple[Http, list[str]]) -> None:
+    http, ids = site
+    request = urllib.request.Request(
+        f"{http.base}/runs/{ids[0]}/cancel",
+        data=b"",
+        method="POST",
+        headers={"Origin": "http://evil.example"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
+    assert http.get(f"/v1/workflows/order/runs/{ids[0]}").body["status"] == "waiting"
+
+
+def test_pages_carry_a_content_security_policy(site: tuple[Http, list[str]]) -> None:
+    http, _ = site
+    with urllib.request.urlopen(http.base + "/runs", timeout=10) as answer:
+        policy = answer.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert "default-src 'none'" in policy
+
+
+def test_with_tokens_the_dashboard_asks_for_one_once(sqlite_database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sync_playwright = _browser_or_fail()
+    token = "dashboard-token-0123456789"
+    env = environment(sqlite_database, tmp_path, PERDURE_API_TOKENS=token)
+    with server(env, tmp_path) as http, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        tab = browser.new_page()
+        tab.goto(http.base + "/workers")
+        assert tab.url.startswith(http.base + "/login")
+        tab.fill("input[name=token]", "not-the-token-000000")
+        tab.click("button[type=submit]")
+        assert "not one of this server's" in tab.locator("p.error").inner_text()
+        tab.fill("input[name=token]", token)
+        tab.click("button[type=submit]")
+        tab.wait_for_url(http.base + "/workers")
+        assert tab.locator("h1").inner_text() == "Workers"
+        [cookie] = tab.context.cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        tab.goto(http.base + "/")  # the cookie is enough from now on
+        assert tab.locator("h1").first.inner_text() == "Workflows"
+        browser.close()
