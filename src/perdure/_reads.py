@@ -129,13 +129,17 @@ class Reads(ClientBase):
             await fetch_run(backend, run_id)
         return rows
 
-    async def get_steps_async(self, run_id: str) -> list[Step]:
-        """The run's journal: one `Step` per step key, in the order they were recorded."""
-        return await self._rows_of_run(lambda b: b.get_steps, run_id)
+    async def get_steps_async(self, run_id: str, include_superseded: bool = False) -> list[Step]:
+        """The run's journal: one `Step` per step key, in the order they were recorded;
+        with ``include_superseded``, also the rows retries superseded (history, marked
+        ``superseded=True``)."""
+        return await self._rows_of_run(
+            lambda b: lambda i: b.get_steps(i, include_superseded), run_id
+        )
 
-    def get_steps(self, run_id: str) -> list[Step]:
+    def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         """The run's journal; see `get_steps_async`."""
-        return self._portal.call(self.get_steps_async, run_id)
+        return self._portal.call(self.get_steps_async, run_id, include_superseded)
 
     async def get_events_async(self, run_id: str) -> list[Event]:
         """The run's audit trail (created, claimed, step_completed, ...), oldest first."""

@@ -22,7 +22,7 @@ from typing import Any, TypeVar, overload
 from ._client import fetch_run
 from ._connections import Connections
 from ._portal import Portal
-from ._reads import Reads
+from ._recovery import Recovery
 from ._run_ends import RunEnd, run_ends
 from ._steering import Steering
 from .backends.base import Backend
@@ -55,7 +55,7 @@ F = TypeVar("F", bound=Body)
 log = logging.getLogger("perdure")
 
 
-class App(Reads, Steering):
+class App(Recovery, Steering):
     """A perdure application: register workflows, start and watch runs, run workers.
 
     Args:

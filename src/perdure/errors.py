@@ -80,6 +80,10 @@ class MissingDependencyError(ConfigurationError, ImportError):
         self.extra = extra
 
 
+class RunStateError(PerdureError, ValueError):
+    """The run's status does not allow this (retrying a run that is still live)."""
+
+
 class ValidationError(PerdureError, ValueError):
     """A value given to perdure is invalid; nothing was stored."""
 

@@ -92,6 +92,8 @@ class Step:
     attempts: int
     started_at: datetime | None
     completed_at: datetime | None
+    #: True for a row a retry superseded (history, never replayed)
+    superseded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,3 +292,49 @@ def test_an_unreachable_database_is_one_clear_line_at_once(tmp_path: Path) -> No
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot connect to PostgreSQL"), lines
+
+
+def test_runs_retry_fork_and_bulk_commands(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def cli(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*PERDURE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == code, result.stdout + result.stderr
+        return result
+
+    app = App(database.url, schema=database.schema)
+    broken = {"b"}
+
+    def step(name: str) -> str:
+        if name in broken:
+            raise RuntimeError(f"{name} is broken")
+        return name
+
+    @app.workflow
+    async def pipe(ctx: Context, _: object) -> list[str]:
+        once = RetryPolicy(max_attempts=1)
+        return [await ctx.step.run(n, step, n, retry=once) for n in ("a", "b", "c")]
+
+    try:
+        with app.worker():
+            first, second, third = (app.start(pipe) for _ in range(3))
+            for handle in (first, second, third):
+                run_id = handle.id
+                wait_for(lambda: app.get_run(run_id).status == "failed", 30)  # noqa: B023
+            broken.clear()
+            single = json.loads(cli("runs", "retry", first.id, "--from-step", "b", "--json").stdout)
+            assert single == {"retried": [first.id]}
+            assert first.result(timeout=30) == ["a", "b", "c"]
+            bulk = json.loads(cli("runs", "retry", "--workflow", "pipe", "--json").stdout)
+            assert sorted(bulk["retried"]) == sorted([second.id, third.id])
+            assert third.result(timeout=30) == ["a", "b", "c"]
+            fork = json.loads(cli("runs", "fork", first.id, "--from-step", "c", "--json").stdout)
+            [forked] = fork["forked"]
+            assert app.result(forked, timeout=30) == ["a", "b", "c"]
+        waiting = app.start(pipe)  # no worker now: pending
+        cancelled = json.loads(cli("runs", "cancel", "--status", "pending", "--json").stdout)
+        assert cancelled == {"cancelled": [waiting.id]}
+        assert "only a failed or cancelled run" in cli("runs", "retry", first.id, code=1).stderr
+        assert "say which runs" in cli("runs", "retry", code=1).stderr
+    finally:
+        app.close()

@@ -236,3 +236,59 @@ def test_with_tokens_the_dashboard_asks_for_one_once(sqlite_database, tmp_path: 
         tab.goto(http.base + "/")  # the cookie is enough from now on
         assert tab.locator("h1").first.inner_text() == "Workflows"
         browser.close()
+
+
+FAILING_APP = textwrap.dedent(
+    """
+    from pathlib import Path
+    from perdure import App, Context, RetryPolicy
+
+    app = App()
+    FIXED = Path(__file__).parent / "fixed"
+
+    def ship() -> str:
+        if not FIXED.exists():
+            raise RuntimeError("the carrier API is down")
+        return "shipped"
+
+    @app.workflow
+    async def parcel(ctx: Context, _: object) -> list[str]:
+        once = RetryPolicy(max_attempts=1)
+        packed = await ctx.step.run("pack", lambda: "packed", retry=once)
+        return [packed, await ctx.step.run("ship", ship, retry=once)]
+    """
+)
+
+
+def test_a_failed_run_is_retried_from_a_chosen_step_and_forked_from_the_page(  # type: ignore[no-untyped-def]
+    sqlite_database, tmp_path: Path
+) -> None:
+    sync_playwright = _browser_or_fail()
+    env = environment(sqlite_database, tmp_path)
+    (tmp_path / "parcel_app.py").write_text(FAILING_APP)
+    with (
+        server(env, tmp_path) as http,
+        process(["worker", "parcel_app:app", "--poll-interval", "0.05"], env, tmp_path),
+        sync_playwright() as pw,
+    ):
+        run_id = http.post("/v1/workflows/parcel/runs", {}).body["runId"]
+        path = f"/v1/workflows/parcel/runs/{run_id}"
+        wait_for(lambda: http.get(path).body["status"] == "failed", 20)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        tab = browser.new_page(viewport={"width": 1366, "height": 900})
+        tab.goto(f"{http.base}/runs/{run_id}")
+        assert "the carrier API is down" in tab.locator("pre.error-json").inner_text()
+        _shot(tab, "run-failed")
+        (tmp_path / "fixed").touch()  # the fix is deployed
+        tab.select_option("#from-step", "ship")
+        tab.click("#retry")
+        tab.wait_for_url(f"**/runs/{run_id}?done=retried+from+ship")
+        tab.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
+        assert http.get(path).body["attempt"] == 2
+        steps = http.get(f"{path}/steps?includeSuperseded=true").body["items"]
+        assert [s["name"] for s in steps if s["superseded"]] == ["ship"]
+        tab.click("#fork")
+        tab.wait_for_url(f"**done=forked+from+{run_id}")
+        assert run_id not in tab.url.split("?")[0]
+        tab.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
+        browser.close()

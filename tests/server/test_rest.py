@@ -173,3 +173,55 @@ def test_without_tokens_the_server_refuses_to_listen_beyond_loopback(  # type: i
     assert proc.returncode == 1
     assert "refusing to listen on '0.0.0.0' without API tokens" in out
     assert "Traceback" not in out
+
+
+RECOVERY_APP = """
+from perdure import App, Context, RetryPolicy
+from pathlib import Path
+
+app = App()
+FLAG = Path(__file__).parent / "fixed"
+
+def b_step() -> str:
+    if not FLAG.exists():
+        raise RuntimeError("b is broken")
+    return "b"
+
+@app.workflow
+async def pipe(ctx: Context, _: object) -> list[str]:
+    once = RetryPolicy(max_attempts=1)
+    a = await ctx.step.run("a", lambda: "a", retry=once)
+    b = await ctx.step.run("b", b_step, retry=once)
+    return [a, b]
+"""
+
+
+def test_retry_fork_and_bulk_over_rest(database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = environment(database, tmp_path)
+    (tmp_path / "recovery_app.py").write_text(RECOVERY_APP)
+    runs = RUNS.format("pipe")
+    with server(env, tmp_path) as http, process(["worker", "recovery_app:app"], env, tmp_path):
+        ids = [http.post(runs, {}).body["runId"] for _ in range(3)]
+        for run_id in ids:
+            _until(http, "pipe", run_id, "failed")
+        live = http.post(RUNS.format("other"), {}).body["runId"]
+        refused = http.post(f"{RUNS.format('other')}/{live}/retry", {})
+        assert refused.status == 409 and refused.body["error"]["type"] == "RunStateError"
+        unknown = http.post(f"{runs}/{ids[0]}/retry", {"fromStep": "zzz"})
+        assert unknown.status == 422
+        (tmp_path / "fixed").touch()
+        retried = http.post(f"{runs}/{ids[0]}/retry", {"fromStep": "b"})
+        assert retried.status == 200 and retried.body == {"runId": ids[0]}
+        assert _until(http, "pipe", ids[0], "completed")["attempt"] == 2
+        history = http.get(f"{runs}/{ids[0]}/steps?includeSuperseded=true").body["items"]
+        assert [(s["name"], s["superseded"]) for s in history] == [
+            ("a", False), ("b", True), ("b", False)
+        ]  # fmt: skip
+        bulk = http.post("/v1/workflows/pipe/bulk/retry", {"status": "failed"})
+        assert sorted(bulk.body["runIds"]) == sorted(ids[1:])
+        fork = http.post(f"{runs}/{ids[0]}/fork", {"fromStep": "b", "input": {"again": 1}})
+        assert fork.status == 201
+        forked = _until(http, "pipe", fork.body["runId"], "completed")
+        assert forked["input"] == {"again": 1} and forked["output"] == ["a", "b"]
+        cancelled = http.post("/v1/workflows/other/bulk/cancel", {"status": "pending"})
+        assert cancelled.body == {"runIds": [live]}

@@ -176,6 +176,33 @@ class Backend(abc.ABC):
     async def list_subscriptions(self) -> list[tuple[str, str]]:
         """All (pattern, workflow) subscriptions, sorted."""
 
+    # ------------------------------------------------------------------ operations
+
+    @abc.abstractmethod
+    async def retry_run(self, run_id: str, from_step: str | None, by: str) -> Run:
+        """Resume a failed or cancelled run under its id: the journal rows from
+        ``from_step`` on (None: from the first failed row, if any) and every rollback
+        row are superseded (kept as history, never replayed); the run is pending again
+        with ``attempt + 1``; a ``retried`` event records ``by`` and what was
+        superseded. `RunNotFound`; `RunStateError` for a live run; `ValidationError`
+        for a step the journal does not hold."""
+
+    @abc.abstractmethod
+    async def fork_run(
+        self,
+        source_id: str,
+        new_id: str,
+        before_step: str | None,
+        input_json: str | None,
+        version: int | None,
+        by: str,
+    ) -> Run:
+        """A new pending run ``new_id`` of the source's workflow (its version unless
+        ``version``; its input unless ``input_json``) whose journal is a copy of the
+        source's final rows before ``before_step`` (None: all of them). The source is
+        untouched; the new run's ``created`` event names it. `RunNotFound`;
+        `ValidationError` for a step the source's journal does not hold."""
+
     # ------------------------------------------------------------------ reads
 
     @abc.abstractmethod
@@ -195,8 +222,10 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def get_steps(self, run_id: str) -> list[Step]:
-        """The run's journal in write order (empty if the run does not exist)."""
+    async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
+        """The run's journal in write order (empty if the run does not exist); with
+        ``include_superseded``, the rows retries superseded too (``superseded=True``),
+        all in the order they were first written."""
 
     @abc.abstractmethod
     async def get_events(self, run_id: str) -> list[Event]:

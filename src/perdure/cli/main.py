@@ -22,6 +22,7 @@ from ..app import App
 from ..durations import to_seconds
 from ..errors import PerdureError
 from ..records import WorkerInfo
+from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
 from .client import client, json_arg
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
 from .runs import runs

@@ -39,7 +39,7 @@ def _runs_table(items: list[Run]) -> Any:
     return grid
 
 
-def _input_match(pairs: tuple[str, ...], match: str | None) -> Any:
+def input_match_of(pairs: tuple[str, ...], match: str | None) -> Any:
     """``--input key=value`` pairs (a value that is JSON is read as JSON, else as text)
     and ``--input-match`` JSON, merged into one containment pattern."""
     pattern: dict[str, Any] = {}
@@ -92,7 +92,7 @@ def runs_list(
         status=status,
         since=time_arg(since, "--since"),
         until=time_arg(until, "--until"),
-        input_match=_input_match(inputs, input_match),
+        input_match=input_match_of(inputs, input_match),
         parent_id=parent,
         limit=limit,
         cursor=cursor,

@@ -17,6 +17,7 @@ from . import dashboard
 from .errors import install_error_handlers
 from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
 from .others import router as others_router
+from .recovery import router as recovery_router
 from .runs import router as runs_router
 
 __all__ = ["create_server", "serve"]
@@ -45,6 +46,7 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     install_error_handlers(api)
     api.include_router(runs_router)
     api.include_router(others_router)
+    api.include_router(recovery_router)
     api.include_router(dashboard.router)
     api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")
     api.state.token_check = TokenCheck(api, tokens).known if tokens else None

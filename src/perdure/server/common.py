@@ -15,6 +15,7 @@ __all__ = ["ERRORS", "Cursor", "Limit", "app_of"]
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "A bearer token is required or wrong."},
     404: {"description": "No such run (of this workflow)."},
+    409: {"description": "The run's status does not allow this (retrying a live run)."},
     413: {"description": "The request body is over 1 MiB."},
     422: {"description": "The request is invalid; nothing was stored."},
     503: {"description": "The database is unavailable."},

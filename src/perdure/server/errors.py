@@ -16,6 +16,7 @@ from ..errors import (
     ConfigurationError,
     PerdureError,
     RunNotFound,
+    RunStateError,
     SchemaVersionError,
     ValidationError,
 )
@@ -27,6 +28,7 @@ __all__ = ["error_response", "install_error_handlers"]
 #: The statuses perdure's own errors answer with.
 _STATUS: tuple[tuple[type[PerdureError], int], ...] = (
     (RunNotFound, 404),
+    (RunStateError, 409),
     (ValidationError, 422),
     (ConfigurationError, 422),
     (SchemaVersionError, 503),

@@ -112,7 +112,7 @@ class RunOut(Model):
 
 
 class StepOut(Model):
-    """One journal row."""
+    """One journal row (``superseded``: a row a retry replaced, kept as history)."""
 
     name: str
     kind: str
@@ -122,6 +122,7 @@ class StepOut(Model):
     attempts: int
     started_at: datetime | None
     completed_at: datetime | None
+    superseded: bool = False
 
 
 class EventOut(Model):
@@ -192,3 +193,39 @@ class HealthOut(Model):
 
     status: str
     database: str
+
+
+class RetryIn(Model):
+    """Where a retry resumes: ``fromStep`` (default: the step that failed)."""
+
+    from_step: str | None = None
+
+
+class ForkIn(Model):
+    """A fork: the journal before ``fromStep`` is copied (default: all of it); the new
+    run's ``input`` and ``version`` default to the source's."""
+
+    from_step: str | None = None
+    input: Any = None
+    version: int | None = Field(default=None, ge=1)
+
+
+class RunIdOut(Model):
+    """The run an operation resumed or created."""
+
+    run_id: str
+
+
+class BulkIn(Model):
+    """Which runs of the workflow a bulk operation takes (the filters of the listing)."""
+
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    input: Any = Field(default=None, description="A JSON value the input must contain.")
+
+
+class BulkOut(Model):
+    """The runs the bulk operation changed."""
+
+    run_ids: list[str]

@@ -20,7 +20,8 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/workflows/{name}/runs", tags=["runs"])
 
 
-async def _run_of(app: App, name: str, run_id: str) -> Run:
+async def run_of(app: App, name: str, run_id: str) -> Run:
+    """The run, if it is one of workflow ``name`` (else `RunNotFound`)."""
     run = await app.get_run_async(run_id)
     if run.workflow != name:
         raise RunNotFound(run_id)
@@ -88,7 +89,7 @@ async def list_runs(
 @router.get("/{run_id}", response_model=RunOut, responses=ERRORS)
 async def get_run(name: str, run_id: str, request: Request) -> RunOut:
     """One run."""
-    return RunOut.of(await _run_of(app_of(request), name, run_id))  # type: ignore[no-any-return]
+    return RunOut.of(await run_of(app_of(request), name, run_id))  # type: ignore[no-any-return]
 
 
 @router.delete("/{run_id}", response_model=CancelOut, responses=ERRORS)
@@ -96,7 +97,7 @@ async def cancel_run(name: str, run_id: str, request: Request) -> CancelOut:
     """Cancel a live run and its live children; ``cancelled`` is false when it had
     already ended."""
     app = app_of(request)
-    await _run_of(app, name, run_id)
+    await run_of(app, name, run_id)
     return CancelOut(run_id=run_id, cancelled=await app.cancel_async(run_id))
 
 
@@ -112,19 +113,26 @@ async def signal_run(
     """Send ``event`` with the body as its payload: it resolves the run's matching wait,
     or is buffered for its next one. The same ``idempotencyKey`` delivers once."""
     app = app_of(request)
-    await _run_of(app, name, run_id)
+    await run_of(app, name, run_id)
     delivered = await app.signal_async(run_id, event, payload, idempotency_key=idempotency_key)
     return SignalOut(delivered=delivered)
 
 
 @router.get("/{run_id}/steps", response_model=List[StepOut], responses=ERRORS)
 async def get_steps(
-    name: str, run_id: str, request: Request, cursor: Cursor = None, limit: Limit = 100
+    name: str,
+    run_id: str,
+    request: Request,
+    include_superseded: Annotated[bool, Query(alias="includeSuperseded")] = False,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> List[StepOut]:
-    """The run's journal, in the order its steps were recorded."""
+    """The run's journal, in the order its steps were recorded; with
+    ``includeSuperseded=true`` also the rows retries superseded."""
     app = app_of(request)
-    await _run_of(app, name, run_id)
-    items, following = page_of(await app.get_steps_async(run_id), cursor, limit)
+    await run_of(app, name, run_id)
+    steps = await app.get_steps_async(run_id, include_superseded)
+    items, following = page_of(steps, cursor, limit)
     return List[StepOut](items=[StepOut.of(s) for s in items], next_cursor=following)
 
 
@@ -134,7 +142,7 @@ async def get_events(
 ) -> List[EventOut]:
     """The run's audit trail, oldest first."""
     app = app_of(request)
-    await _run_of(app, name, run_id)
+    await run_of(app, name, run_id)
     items, following = page_of(await app.get_events_async(run_id), cursor, limit)
     return List[EventOut](items=[EventOut.of(e) for e in items], next_cursor=following)
 

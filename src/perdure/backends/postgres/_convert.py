@@ -20,6 +20,7 @@ from ...errors import (
     BackendError,
     PerdureError,
     RunNotFound,
+    RunStateError,
     ValidationError,
 )
 from ...records import (
@@ -65,7 +66,8 @@ FINAL_STEP_STATUSES = frozenset({"completed", "failed"})
 def translate_error(exc: BaseException) -> PerdureError:
     """The perdure error for a driver error (the one place SQLSTATEs are mapped).
 
-    ``PD001`` → `ValidationError`, ``PD002`` → `RunNotFound`; data errors (class
+    ``PD001`` → `ValidationError`, ``PD002`` → `RunNotFound`, ``PD003`` →
+    `RunStateError`; data errors (class
     22) and constraint checks (23502, 23514) → `ValidationError`; everything else
     (connection loss, deadlock after retries, ...) → `BackendError`. The caller
     chains the driver error as __cause__.
@@ -78,6 +80,8 @@ def translate_error(exc: BaseException) -> PerdureError:
             return ValidationError(primary)
         if state == "PD002":
             return RunNotFound(detail)
+        if state == "PD003":
+            return RunStateError(primary)
         if state.startswith("22") or state in ("23502", "23514"):
             return ValidationError(f"the database rejected a value: {primary}")
         return BackendError(f"PostgreSQL error ({state or type(exc).__name__}): {primary}")

@@ -22,6 +22,7 @@ import functools
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -285,9 +286,41 @@ class PostgresBackend(Backend):
         cursor = None if last is None else encode_cursor(last.created_at.isoformat(), last.id)
         return Page(items=items, next_cursor=cursor)
 
-    async def get_steps(self, run_id: str) -> list[Step]:
-        rows = await self._db.all(QUERIES["get_steps"], {"run_id": run_id})
-        return [step_from_row(row) for row in rows]
+    async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
+        if not include_superseded:
+            rows = await self._db.all(QUERIES["get_steps"], {"run_id": run_id})
+            return [step_from_row(row) for row in rows]
+        rows = await self._db.all(QUERIES["get_steps_with_superseded"], {"run_id": run_id})
+        return [replace(step_from_row(row[1:9]), superseded=row[9]) for row in rows]
+
+    # ------------------------------------------------------------------ operations
+
+    async def retry_run(self, run_id: str, from_step: str | None, by: str) -> Run:
+        params = {"run_id": run_id, "from_step": from_step, "by": by}
+        row = await self._db.one(QUERIES["retry_run"], params)
+        assert row is not None
+        return run_from_row(row)
+
+    async def fork_run(
+        self,
+        source_id: str,
+        new_id: str,
+        before_step: str | None,
+        input_json: str | None,
+        version: int | None,
+        by: str,
+    ) -> Run:
+        params = {
+            "source_id": source_id,
+            "id": new_id,
+            "before_step": before_step,
+            "input": input_json,
+            "version": version,
+            "by": by,
+        }
+        row = await self._db.one(QUERIES["fork_run"], params)
+        assert row is not None
+        return run_from_row(row)
 
     async def get_events(self, run_id: str) -> list[Event]:
         rows = await self._db.all(QUERIES["get_events"], {"run_id": run_id})

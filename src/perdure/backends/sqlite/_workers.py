@@ -16,6 +16,7 @@ from ...records import (
     Complete,
     DeferParams,
     Fail,
+    NewRun,
     Park,
     Release,
     Retry,
@@ -32,6 +33,7 @@ from ...records import (
 )
 from ...serialization import Undecodable, brief_error
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
+from ._operations import retry_in
 from ._rows import add_event, cancel_descendants, insert_run, write_child_result, write_step
 from ._session import QUERIES, Session, is_busy
 
@@ -244,6 +246,8 @@ def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
     for child in t.children:
         if insert_run(s, child, now, parent_id=t.run_id) is not None:
             s.notify("wake", child.id)
+        else:
+            _existing_child(s, t.run_id, child, now)
     outcome = t.outcome
     if isinstance(outcome, Park):
         _park(s, t, outcome, fence["deadline_at"], now)
@@ -273,6 +277,32 @@ def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
         s.run(QUERIES["release_run"], {"id": t.run_id, "now": now})
         s.notify("wake", t.run_id)
     return TransitionResult(ok=True, existing=tuple(existing))
+
+
+def _existing_child(s: Session, parent_id: str, child: NewRun, now: float) -> None:
+    """The child exists already (its parent was retried): a completed one gives its
+    output at once; a failed or cancelled one is retried (its end reaches the parent
+    as any child's does)."""
+    row = s.one(
+        QUERIES["get_run_by_key"],
+        {"workflow": child.workflow, "idempotency_key": child.idempotency_key},
+    )
+    if row is None or child.parent_step is None:
+        return
+    if row["status"] == "completed":
+        write_step(
+            s,
+            parent_id,
+            child.parent_step,
+            "child",
+            "completed",
+            now,
+            output_json=row["output"],
+            started_at=row["created_at"],
+        )
+    elif row["status"] in ("failed", "cancelled"):
+        retry_in(s, row["id"], None, f"the retry of its parent {parent_id}", now)
+        s.notify("wake", row["id"])
 
 
 def _park(s: Session, t: Transition, park: Park, deadline_at: float | None, now: float) -> None:

@@ -49,7 +49,7 @@ from ...records import (
 from ...validation import check_int
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, Unsubscribe
-from . import _producers, _reads, _registry, _workers
+from . import _operations, _producers, _reads, _registry, _workers
 from ._convert import to_dt
 from ._hub import hub_for
 from ._json import json_contains
@@ -282,8 +282,27 @@ class SQLiteBackend(Backend):
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
         return await self._call(_reads.list_runs, params)
 
-    async def get_steps(self, run_id: str) -> list[Step]:
+    async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
+        if include_superseded:
+            return await self._call(_operations.get_steps_with_superseded, run_id)
         return await self._call(_reads.get_steps, run_id)
+
+    # ------------------------------------------------------------------ operations
+
+    async def retry_run(self, run_id: str, from_step: str | None, by: str) -> Run:
+        return await self._call(_operations.retry_run, run_id, from_step, by)
+
+    async def fork_run(
+        self,
+        source_id: str,
+        new_id: str,
+        before_step: str | None,
+        input_json: str | None,
+        version: int | None,
+        by: str,
+    ) -> Run:
+        args = (source_id, new_id, before_step, input_json, version, by)
+        return await self._call(_operations.fork_run, *args)
 
     async def get_events(self, run_id: str) -> list[Event]:
         return await self._call(_reads.get_events, run_id)

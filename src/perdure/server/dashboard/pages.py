@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ...describe import waits_for
 from ...durations import moment
-from ...errors import PerdureError, ValidationError
+from ...errors import PerdureError, RunStateError, ValidationError
 from ...records import RUN_STATUSES, Event, Run
 from ..common import app_of
 from .timeline import duration_text, layout
@@ -180,6 +180,34 @@ async def signal(request: Request, run_id: str) -> Response:
     except ValidationError as exc:
         return _back(run_id, f"not sent: {exc}")
     return _back(run_id, f"sent {event}" if delivered else "not sent: the run has ended")
+
+
+@router.post("/runs/{run_id}/retry")
+async def retry(request: Request, run_id: str) -> Response:
+    """Resume a failed or cancelled run from a chosen step (a POST from this origin)."""
+    refused = _foreign(request)
+    if refused is not None:
+        return refused
+    step = (await _form(request)).get("from_step") or None
+    try:
+        await app_of(request).retry_async(run_id, from_step=step, by="the dashboard")
+    except (ValidationError, RunStateError) as exc:
+        return _back(run_id, f"not retried: {exc}")
+    return _back(run_id, "retried" + ("" if step is None else f" from {step}"))
+
+
+@router.post("/runs/{run_id}/fork")
+async def fork(request: Request, run_id: str) -> Response:
+    """Start a new run from a copy of this run's journal (a POST from this origin)."""
+    refused = _foreign(request)
+    if refused is not None:
+        return refused
+    step = (await _form(request)).get("from_step") or None
+    try:
+        handle = await app_of(request).fork_async(run_id, from_step=step, by="the dashboard")
+    except ValidationError as exc:
+        return _back(run_id, f"not forked: {exc}")
+    return _back(handle.id, f"forked from {run_id}")
 
 
 @router.get("/workers", response_class=HTMLResponse)

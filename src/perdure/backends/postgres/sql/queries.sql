@@ -175,6 +175,30 @@ FROM steps
 WHERE run_id = %(run_id)s
 ORDER BY seq
 
+-- name: get_steps_with_superseded
+-- A run's journal and the rows retries superseded, in the order they were first written.
+SELECT s.seq, s.key, s.kind, s.status, s.output, s.error, s.attempts, s.started_at,
+       s.completed_at, false
+FROM steps s
+WHERE s.run_id = %(run_id)s
+UNION ALL
+SELECT x.seq, x.key, x.kind, x.status, x.output, x.error, x.attempts, x.started_at,
+       x.completed_at, true
+FROM superseded_steps x
+WHERE x.run_id = %(run_id)s
+ORDER BY 1
+
+-- name: retry_run
+-- Resume a failed or cancelled run through retry_run().
+SELECT {{_run_columns}}
+FROM retry_run(%(run_id)s, %(from_step)s, %(by)s) r
+
+-- name: fork_run
+-- A new run with a copy of a run's journal, through fork_run().
+SELECT {{_run_columns}}
+FROM fork_run(%(source_id)s, %(id)s, %(before_step)s, %(input)s::jsonb,
+              %(version)s::integer, %(by)s) r
+
 -- name: get_events
 -- A run's audit trail with its completed journal rows as step_completed events, oldest first.
 SELECT e.type, e.data, e.created_at

@@ -521,3 +521,58 @@ UPDATE runs SET
     available_at = :available_at,
     updated_at = :now
 WHERE id = :id
+
+-- name: step_seq
+-- The write position of one journal row.
+SELECT seq FROM steps WHERE run_id = :run_id AND key = :key
+
+-- name: first_failed_seq
+-- The write position of the run's first failed journal row (NULL: none failed).
+SELECT min(seq) AS seq FROM steps WHERE run_id = :run_id AND status = 'failed'
+
+-- name: supersede_steps
+-- Keep the rows a retry supersedes (from :from_seq on, and every rollback row) as history.
+INSERT INTO superseded_steps (run_id, key, seq, kind, status, output, error, attempts,
+                              started_at, completed_at, recorded_at, attempt, superseded_at)
+SELECT run_id, key, seq, kind, status, output, error, attempts, started_at, completed_at,
+       recorded_at, :attempt, :now
+FROM steps
+WHERE run_id = :run_id AND (seq >= :from_seq OR kind = 'rollback')
+RETURNING key, seq
+
+-- name: delete_superseded
+-- Take the rows a retry superseded out of the journal.
+DELETE FROM steps WHERE run_id = :run_id AND (seq >= :from_seq OR kind = 'rollback')
+
+-- name: reset_for_retry
+-- A failed or cancelled run is pending again with its next attempt.
+UPDATE runs SET
+    status = 'pending', attempt = attempt + 1, output = NULL, error = NULL,
+    completed_at = NULL, available_at = :now, wake_reason = NULL, lease_owner = NULL,
+    lease_expires_at = NULL, claims_since_progress = 0, updated_at = :now
+WHERE id = :id
+RETURNING
+    {{_run_columns}}
+
+-- name: copy_journal
+-- Copy a run's final rows before :before_seq (NULL: all) to a new run, in order.
+INSERT INTO steps (run_id, key, kind, status, output, error, attempts, started_at,
+                   completed_at, recorded_at, event_mark)
+SELECT :new_id, key, kind, status, output, error, attempts, started_at, completed_at,
+       :now, (SELECT COALESCE(MAX(id), 0) FROM events)
+FROM steps
+WHERE run_id = :source_id AND status <> 'retrying' AND kind <> 'rollback'
+    AND (:before_seq IS NULL OR seq < :before_seq)
+ORDER BY seq
+
+-- name: get_steps_with_superseded
+-- A run's journal and the rows retries superseded, in the order they were written (seq
+-- alone cannot say: SQLite reuses the positions of rows a retry took away).
+SELECT seq, key, kind, status, output, error, attempts, started_at, completed_at,
+       recorded_at, 0 AS superseded
+FROM steps WHERE run_id = :run_id
+UNION ALL
+SELECT seq, key, kind, status, output, error, attempts, started_at, completed_at,
+       recorded_at, 1 AS superseded
+FROM superseded_steps WHERE run_id = :run_id
+ORDER BY recorded_at, seq

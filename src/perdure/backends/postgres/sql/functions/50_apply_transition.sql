@@ -21,6 +21,11 @@ LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
     v_run runs;
     v_child jsonb;
+    v_created boolean;
+    v_child_id text;
+    v_child_status text;
+    v_child_output json;
+    v_child_created timestamptz;
     v_wait record;
     v_signal record;
     v_due boolean := false;
@@ -45,7 +50,9 @@ BEGIN
     ORDER BY e.ord;
 
     FOR v_child IN SELECT value FROM jsonb_array_elements(coalesce(p_children, '[]')) LOOP
-        PERFORM insert_run(
+        SELECT i.created, (i.run).id, (i.run).status, (i.run).output, (i.run).created_at
+        INTO v_created, v_child_id, v_child_status, v_child_output, v_child_created
+        FROM insert_run(
             v_child ->> 'id', v_child ->> 'workflow', (v_child ->> 'version')::integer,
             (v_child ->> 'input_json')::jsonb, (v_child ->> 'priority')::integer,
             v_child ->> 'idempotency_key',
@@ -53,7 +60,16 @@ BEGIN
                      perdure_now() + make_interval(secs => coalesce((v_child ->> 'delay')::double precision, 0))),
             coalesce((v_child ->> 'deadline_at')::timestamptz,
                      perdure_now() + make_interval(secs => (v_child ->> 'deadline_in')::double precision)),
-            (v_child ->> 'retention_days')::integer, p_run_id, v_child ->> 'parent_step');
+            (v_child ->> 'retention_days')::integer, p_run_id, v_child ->> 'parent_step') AS i;
+        -- The child exists already (the parent was retried): a completed one gives its
+        -- output at once; a failed or cancelled one is retried (its end reaches the
+        -- parent as any child's does).
+        IF NOT v_created AND v_child_status = 'completed' THEN
+            PERFORM write_step(p_run_id, v_child ->> 'parent_step', 'child', 'completed',
+                               v_child_output, NULL, 1, v_child_created, NULL);
+        ELSIF NOT v_created AND v_child_status IN ('failed', 'cancelled') THEN
+            PERFORM retry_run(v_child_id, NULL, 'the retry of its parent ' || p_run_id);
+        END IF;
     END LOOP;
 
     IF p_outcome = 'park' THEN

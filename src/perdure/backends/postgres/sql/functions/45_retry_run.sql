@@ -1,0 +1,60 @@
+-- Operations on ended runs (internal; App.retry and the REST API call them).
+
+-- Resume a failed or cancelled run under the same id: its journal from p_from_step on
+-- (NULL: from the step that failed, if one did) and every rollback row move to
+-- superseded_steps (history, never replayed); the run is pending again with attempt
+-- + 1, and a 'retried' event says by whom and from where. PD003 for a live run,
+-- PD001 for a step the journal does not hold.
+CREATE OR REPLACE FUNCTION retry_run(p_run_id text, p_from_step text, p_by text) RETURNS runs
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_run runs;
+    v_from bigint;
+    v_keys text[];
+BEGIN
+    SELECT * INTO v_run FROM runs WHERE id = p_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run with id %', quote_literal(p_run_id)
+            USING ERRCODE = 'PD002', DETAIL = p_run_id;
+    END IF;
+    IF v_run.status NOT IN ('failed', 'cancelled') THEN
+        RAISE EXCEPTION 'run % is %: only a failed or cancelled run can be retried',
+            p_run_id, v_run.status USING ERRCODE = 'PD003';
+    END IF;
+    IF p_from_step IS NOT NULL THEN
+        SELECT seq INTO v_from FROM steps WHERE run_id = p_run_id AND key = p_from_step;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'run % has no step %', p_run_id, quote_literal(p_from_step)
+                USING ERRCODE = 'PD001';
+        END IF;
+    ELSE
+        SELECT min(seq) INTO v_from FROM steps WHERE run_id = p_run_id AND status = 'failed';
+    END IF;
+    WITH gone AS (
+        DELETE FROM steps
+        WHERE run_id = p_run_id AND (seq >= v_from OR kind = 'rollback')
+        RETURNING *
+    ), kept AS (
+        INSERT INTO superseded_steps (run_id, key, seq, kind, status, output, error, attempts,
+                                      started_at, completed_at, recorded_at, attempt)
+        SELECT run_id, key, seq, kind, status, output, error, attempts, started_at,
+               completed_at, recorded_at, v_run.attempt
+        FROM gone
+        RETURNING key, seq
+    )
+    SELECT coalesce(array_agg(key ORDER BY seq), '{}') INTO v_keys FROM kept;
+    UPDATE runs SET
+        status = 'pending', attempt = attempt + 1, output = NULL, error = NULL,
+        completed_at = NULL, available_at = perdure_now(), wake_reason = NULL,
+        lease_owner = NULL, lease_expires_at = NULL, claims_since_progress = 0,
+        updated_at = perdure_now()
+    WHERE id = p_run_id
+    RETURNING * INTO v_run;
+    INSERT INTO events (run_id, type, data)
+    VALUES (p_run_id, 'retried', jsonb_build_object(
+        'from_step', p_from_step, 'superseded', to_jsonb(v_keys), 'by', p_by,
+        'attempt', v_run.attempt));
+    PERFORM send_notice('w', p_run_id);
+    RETURN v_run;
+END
+$$;
