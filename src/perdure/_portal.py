@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -66,6 +66,19 @@ class Portal:
             future.cancel()
             raise
 
+    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """Iterate an async iterator from a synchronous caller, one item per `call`."""
+        try:
+            while True:
+                try:
+                    yield self.call(_next, agen)
+                except StopAsyncIteration:
+                    return
+        finally:
+            closer = getattr(agen, "aclose", None)
+            if closer is not None and self._loop is not None:
+                self.call(closer)
+
     def close(self) -> None:
         """Stop the loop thread (after running ``cleanup`` coroutines given to `call`)."""
         with self._lock:
@@ -77,3 +90,7 @@ class Portal:
         thread.join(timeout=10)
         if not thread.is_alive():
             loop.close()
+
+
+async def _next(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()

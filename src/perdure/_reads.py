@@ -3,7 +3,10 @@ methods, each with its sync twin)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -16,6 +19,7 @@ from .records import (
     RUN_STATUSES,
     Event,
     ListRunsParams,
+    Notice,
     Page,
     Run,
     Step,
@@ -26,6 +30,9 @@ from .serialization import encode
 from .validation import check_aware, check_int, check_key, lookup_id
 
 __all__ = ["Reads"]
+
+#: The events that end a run.
+_ENDINGS = ("completed", "failed", "cancelled")
 
 T = TypeVar("T")
 
@@ -148,6 +155,49 @@ class Reads(ClientBase):
     def get_events(self, run_id: str) -> list[Event]:
         """The run's audit trail; see `get_events_async`."""
         return self._portal.call(self.get_events_async, run_id)
+
+    async def watch_async(self, run_id: str) -> AsyncIterator[Event]:
+        """The run's history so far, then each new event as it happens, ending after
+        the event that ends the run (``completed``, ``failed`` or ``cancelled``).
+
+        Steps appear as ``step_completed`` events; a value set with ``ctx.set`` as a
+        ``value`` event. On PostgreSQL it wakes by notification (every transition of
+        the run notifies its watchers); on SQLite, watchers in the worker's process are
+        woken directly, others look every 100 ms. Raises `RunNotFound`."""
+        backend = await self._backend()
+        await fetch_run(backend, run_id)
+        changed = asyncio.Event()
+
+        def on_notice(notice: Notice) -> None:
+            if notice.run_id in (run_id, None):
+                changed.set()
+
+        stop = await backend.listen(on_notice, progress=True)
+        poll = 0.1 if backend.dialect == "sqlite" else 5.0
+        seen: Counter[tuple[str, str, str]] = Counter()
+        try:
+            while True:
+                changed.clear()
+                events = await backend.get_events(lookup_id(run_id))
+                if not events:
+                    await fetch_run(backend, run_id)  # swept meanwhile: RunNotFound
+                counts: Counter[tuple[str, str, str]] = Counter()
+                for event in events:
+                    key = (event.type, event.created_at.isoformat(), repr(event.data))
+                    counts[key] += 1
+                    if counts[key] > seen[key]:
+                        seen[key] += 1
+                        yield event
+                if events and events[-1].type in _ENDINGS:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), poll)
+        finally:
+            await stop()
+
+    def watch(self, run_id: str) -> Iterator[Event]:
+        """The run's events as they happen, ending with the run; see `watch_async`."""
+        return self._portal.iterate(self.watch_async(run_id))
 
     async def now_async(self) -> datetime:
         """The database's clock: what every due time, lease and deadline is judged by."""

@@ -381,13 +381,14 @@ SignalOutcome = Literal["resolved", "buffered", "ended"]
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """A wake-up delivered by `Backend.subscribe`.
+    """A wake-up delivered by `Backend.listen`.
 
     kind ``wake``: work may be claimable (run_id if known); ``done``: the run ended;
-    ``cancel``: the run was cancelled (the worker holding it should stop it).
+    ``cancel``: the run was cancelled (the worker holding it should stop it);
+    ``progress``: the run's history grew (only to listeners that asked for it).
     """
 
-    kind: Literal["wake", "done", "cancel"]
+    kind: Literal["wake", "done", "cancel", "progress"]
     run_id: str | None = None
 
 

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from perdure.backends._sqlfiles import load_migrations
 from perdure.backends.postgres import PostgresBackend
 from perdure.backends.postgres._conn import QUERIES
 from perdure.errors import RunNotFound, SchemaVersionError, ValidationError
@@ -286,10 +287,11 @@ async def test_concurrent_migrate_applies_once(
 ) -> None:
     backends = [await make_backend(migrate=False, min_size=1, max_size=1) for _ in range(8)]
     versions = await asyncio.gather(*(b.migrate() for b in backends))
-    assert versions == [1] * 8
-    cur = await admin.execute("SELECT version FROM schema_version")
-    assert await cur.fetchall() == [(1,)]
-    assert await backends[0].migrate() == 1
+    latest = len(load_migrations("perdure.backends.postgres"))
+    assert versions == [latest] * 8
+    cur = await admin.execute("SELECT version FROM schema_version ORDER BY 1")
+    assert await cur.fetchall() == [(v,) for v in range(1, latest + 1)]
+    assert await backends[0].migrate() == latest
 
 
 async def test_newer_schema_version_is_refused(

@@ -356,10 +356,12 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ notices
 
     @abc.abstractmethod
-    async def listen(self, callback: NoticeCallback) -> Unsubscribe:
+    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
         """Call ``callback`` (on the subscriber's event loop) for every notice from
-        any process using this database (SQLite: this process only). Returns an
-        async function that unsubscribes."""
+        any process using this database (SQLite: this process only); with
+        ``progress``, also for every transition of a live run (``progress`` notices,
+        which only such listeners receive). Returns an async function that
+        unsubscribes."""
 
 
 def deliver(callbacks: Sequence[NoticeCallback], notices: Sequence[Notice]) -> None:

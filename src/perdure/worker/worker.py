@@ -125,6 +125,7 @@ class Worker:
             else to_seconds(shutdown_timeout, what="shutdown_timeout")
         )
         self._active = ActiveRuns(on_end=self._wake)
+        self._own_loop = False  # run() and `with worker:` run in a loop of their own
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
@@ -144,6 +145,7 @@ class Worker:
 
     def run(self) -> None:
         """Run in the foreground until SIGTERM/SIGINT (graceful), then return."""
+        self._own_loop = True
         asyncio.run(self._serve_with_signals())
 
     async def serve(self) -> None:
@@ -197,6 +199,7 @@ class Worker:
     # ------------------------------------------------------------------ internals
 
     def _thread_main(self) -> None:
+        self._own_loop = True
         try:
             asyncio.run(self.serve())
         except BaseException as exc:  # reported to __enter__ or logged
@@ -321,7 +324,8 @@ class Worker:
             except BackendError as exc:
                 log.warning("could not deregister worker %s: %s", self.id, exc)
             executor.shutdown(wait=False, cancel_futures=True)
-            await self._connections.release_loop()
+            if self._own_loop:  # in a caller's loop, the app's backend is the caller's too
+                await self._connections.release_loop()
             log.info("worker %s stopped", self.id)
 
     async def _claim_loop(

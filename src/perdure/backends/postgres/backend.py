@@ -514,7 +514,7 @@ class PostgresBackend(Backend):
 
     # ------------------------------------------------------------------ notices
 
-    async def listen(self, callback: NoticeCallback) -> Unsubscribe:
+    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
         if not self._db.is_open:
             raise BackendError("the PostgreSQL backend is not open (call open() first)")
         if self._listener is None:
@@ -531,4 +531,6 @@ class PostgresBackend(Backend):
                 sql.SQL(QUERIES["ping"]),
             )
             await self._listener.start()
+        if progress:
+            self._listener.also_listen(ident(QUERIES["listen"], f"{self._schema}.progress"))
         return self._listener.add(callback)

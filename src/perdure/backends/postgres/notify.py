@@ -29,11 +29,12 @@ __all__ = ["Listener", "parse_notice"]
 
 log = logging.getLogger("perdure.backends.postgres")
 
-_KINDS: dict[str, Any] = {"w": "wake", "c": "cancel", "d": "done"}
+_KINDS: dict[str, Any] = {"w": "wake", "c": "cancel", "d": "done", "p": "progress"}
 
 
 def parse_notice(payload: str) -> Notice | None:
-    """``w:<id>`` → wake, ``c:<id>`` → cancel, ``d:<id>`` → done; None if malformed."""
+    """``w:<id>`` → wake, ``c:<id>`` → cancel, ``d:<id>`` → done, ``p:<id>`` →
+    progress; None if malformed."""
     prefix, sep, run_id = payload.partition(":")
     kind = _KINDS.get(prefix)
     if kind is None or not sep:
@@ -64,8 +65,23 @@ class Listener:
         self._task: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._ready = asyncio.Event()
+        self._renewing = False  # a reconnect asked for by also_listen (not a failure)
         #: Successful (re)connections so far (tests watch it).
         self.connections = 0
+
+    def also_listen(self, statement: sql.Composed | sql.SQL) -> None:
+        """LISTEN on one more channel: the connection is renewed with every channel,
+        and listeners then hear a ``wake`` to re-read what they may have missed."""
+        if statement in self._statements:
+            return
+        self._statements.append(statement)
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            self._renewing = True
+            task = self._task
+            if task is not None:
+                task.cancel()
+                self._task = asyncio.create_task(self._run(), name="perdure-pg-listener")
 
     def add(self, callback: NoticeCallback) -> Unsubscribe:
         """Call ``callback`` for every notice from now on; returns the way to stop."""
@@ -103,8 +119,11 @@ class Listener:
         await self._close()
         self._callbacks.clear()
 
-    async def _close(self) -> None:
-        conn, self._conn = self._conn, None
+    async def _close(self, conn: psycopg.AsyncConnection[Any] | None = None) -> None:
+        """Close ``conn`` (default: the current connection), forgetting it if current."""
+        conn = self._conn if conn is None else conn
+        if conn is self._conn:
+            self._conn = None
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
@@ -113,6 +132,7 @@ class Listener:
         failures = 0
         last_log = 0.0
         while True:
+            conn: psycopg.AsyncConnection[Any] | None = None
             try:
                 conn = await psycopg.AsyncConnection.connect(
                     self._conninfo, autocommit=True, **self._kwargs
@@ -125,7 +145,9 @@ class Listener:
                 failures = 0
                 self._ready.set()
                 if resumed:
-                    log.info("notice listener reconnected")
+                    if not self._renewing:
+                        log.info("notice listener reconnected")
+                    self._renewing = False
                     self._dispatch(Notice("wake"))
                 await self._listen(conn)
             except asyncio.CancelledError:
@@ -137,7 +159,7 @@ class Listener:
                     last_log = now
                     log.warning("notice listener lost its connection (%s); reconnecting", exc)
             finally:
-                await self._close()
+                await self._close(conn)
             delay = min(self.max_backoff, 0.05 * 2 ** min(failures, 10))
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
 

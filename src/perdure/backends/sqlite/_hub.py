@@ -32,12 +32,15 @@ class NoticeHub:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._subscribers: dict[int, tuple[asyncio.AbstractEventLoop, _Callback]] = {}
+        self._subscribers: dict[int, tuple[asyncio.AbstractEventLoop, _Callback, bool]] = {}
 
-    def add(self, loop: asyncio.AbstractEventLoop, callback: _Callback) -> int:
+    def add(
+        self, loop: asyncio.AbstractEventLoop, callback: _Callback, *, progress: bool = False
+    ) -> int:
+        """Subscribe; ``progress`` notices reach only subscribers that ask for them."""
         with self._lock:
             token = next(self._ids)
-            self._subscribers[token] = (loop, callback)
+            self._subscribers[token] = (loop, callback, progress)
             return token
 
     def remove(self, token: int) -> None:
@@ -51,12 +54,16 @@ class NoticeHub:
         with self._lock:
             subscribers = list(self._subscribers.items())
         batch = tuple(notices)
-        for token, (loop, callback) in subscribers:
+        plain = tuple(n for n in batch if n.kind != "progress")
+        for token, (loop, callback, progress) in subscribers:
             if loop.is_closed():
                 self.remove(token)
                 continue
+            mine = batch if progress else plain
+            if not mine:
+                continue
             try:
-                loop.call_soon_threadsafe(deliver, (callback,), batch)
+                loop.call_soon_threadsafe(deliver, (callback,), mine)
             except RuntimeError:  # the loop closed meanwhile
                 self.remove(token)
 

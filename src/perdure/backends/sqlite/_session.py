@@ -65,10 +65,8 @@ class Session:
 
     def notify(self, kind: str, run_id: str | None) -> None:
         """Queue a notice; it is sent only after the operation committed."""
-        if kind == "wake":
-            self.notices.append(Notice("wake", run_id))
-        elif kind == "done":
-            self.notices.append(Notice("done", run_id))
+        if kind in ("wake", "done", "progress"):
+            self.notices.append(Notice(kind, run_id))  # type: ignore[arg-type]
         else:
             self.notices.append(Notice("cancel", run_id))
 

@@ -213,6 +213,8 @@ def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
     )
     if fence is None:
         return TransitionResult(ok=False)
+    if not isinstance(t.outcome, Complete | Fail):
+        s.notify("progress", t.run_id)  # watchers see the history grow
     existing: list[Step] = []
     for w in _unique_steps(t.steps):
         stored = write_step(

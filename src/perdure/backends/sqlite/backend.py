@@ -354,8 +354,8 @@ class SQLiteBackend(Backend):
 
     # ------------------------------------------------------------------ notices
 
-    async def listen(self, callback: NoticeCallback) -> Unsubscribe:
-        token = self._hub.add(asyncio.get_running_loop(), callback)
+    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
+        token = self._hub.add(asyncio.get_running_loop(), callback, progress=progress)
         with self._lock:
             self._subscriptions.add(token)
 

@@ -408,7 +408,8 @@ logged AS (
     ORDER BY e.ord
 )
 SELECT (SELECT w.keys FROM written w),
-       CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id) END,
+       CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id)
+            ELSE send_notice('p', f.id) END,
        CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= perdure_now()
             THEN send_notice('w', f.id) END,
        -- A child's end: the parent's journal row and wake-up, under the parent's lock.

@@ -566,8 +566,7 @@ WHERE run_id = :source_id AND status <> 'retrying' AND kind <> 'rollback'
 ORDER BY seq
 
 -- name: get_steps_with_superseded
--- A run's journal and the rows retries superseded, in the order they were written (seq
--- alone cannot say: SQLite reuses the positions of rows a retry took away).
+-- A run's journal and superseded rows in write order (seqs of removed rows are reused).
 SELECT seq, key, kind, status, output, error, attempts, started_at, completed_at,
        recorded_at, 0 AS superseded
 FROM steps WHERE run_id = :run_id

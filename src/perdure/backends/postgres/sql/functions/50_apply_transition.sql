@@ -165,6 +165,9 @@ BEGIN
         RAISE EXCEPTION 'unknown outcome %', quote_nullable(p_outcome) USING ERRCODE = 'PD001';
     END IF;
 
+    IF p_outcome NOT IN ('complete', 'fail') THEN
+        PERFORM send_notice('p', p_run_id);  -- watchers see the history grow
+    END IF;
     UPDATE runs SET
         step_attempts = step_attempts + coalesce(p_step_attempts, 0),
         claims_since_progress = 0,

@@ -1,0 +1,86 @@
+"""Watching a run (DESIGN §4): its history so far, then every event as it happens,
+ending with the run — across a worker restart, from async and sync code."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from perdure import App, Context, Event, RunNotFound
+
+from .helpers import wait_for, wait_for_async
+
+
+def _gated(app: App) -> object:
+    @app.workflow
+    async def gated(ctx: Context, _: None) -> str:
+        first = await ctx.step.run("first", lambda: "one")
+        gate = await ctx.step.wait_for_event("gate")
+        second = await ctx.step.run("second", lambda: "two")
+        return f"{first} {gate} {second}"
+
+    return gated
+
+
+def test_watch_sees_every_event_in_order_until_the_run_ends(app: App) -> None:
+    gated = _gated(app)
+    seen: list[Event] = []
+    with app.worker():
+        handle = app.start(gated)  # type: ignore[arg-type]
+        watcher = threading.Thread(target=lambda: seen.extend(app.watch(handle.id)))
+        watcher.start()
+        wait_for(lambda: any(e.type == "waiting" for e in seen), 20)
+        handle.signal("gate", "open")
+        watcher.join(timeout=30)
+        assert not watcher.is_alive()
+        assert handle.result(timeout=10) == "one open two"
+    assert seen == app.get_events(handle.id)  # all of them, in order, each once
+    types = [e.type for e in seen]
+    assert types[0] == "created" and types[-1] == "completed"
+    assert types.index("signaled") > types.index("waiting")
+    steps = [e.data["step"] for e in seen if e.type == "step_completed"]
+    assert steps == ["first", "gate", "second"]
+
+
+async def test_watch_async_goes_on_across_a_worker_restart(app: App) -> None:
+    gated = _gated(app)
+    handle = await app.start_async(gated)  # type: ignore[arg-type]
+    seen: list[str] = []
+
+    async def watch() -> None:
+        async for event in app.watch_async(handle.id):
+            seen.append(event.type)  # noqa: PERF401 (seen grows while the run goes on)
+
+    watching = asyncio.create_task(watch())
+    worker = app.worker()
+    serving = asyncio.create_task(worker.serve())
+
+    async def parked() -> bool:
+        return "waiting" in seen
+
+    await wait_for_async(parked, 20)
+    worker.stop()
+    await asyncio.wait_for(serving, 20)  # the first worker is gone
+    await app.signal_async(handle.id, "gate", "open")
+    again = app.worker()
+    serving = asyncio.create_task(again.serve())
+    await asyncio.wait_for(watching, 30)  # ends with the run
+    again.stop()
+    await asyncio.wait_for(serving, 20)
+    assert seen[-1] == "completed"
+    assert seen == [e.type for e in await app.get_events_async(handle.id)]
+
+
+def test_watching_an_ended_run_gives_its_history_and_ends(app: App) -> None:
+    @app.workflow
+    async def quick(ctx: Context, _: None) -> int:
+        return await ctx.step.run("one", lambda: 1)
+
+    with app.worker():
+        handle = app.start(quick)
+        assert handle.result(timeout=20) == 1
+    assert list(app.watch(handle.id)) == app.get_events(handle.id)
+    with pytest.raises(RunNotFound):
+        list(app.watch("no-such-run"))
