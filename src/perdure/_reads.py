@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ._client import ClientBase, fetch_run
 from .backends.base import Backend
+from .context import VALUE_PREFIX
 from .durations import Duration, to_seconds
 from .errors import ValidationError
 from .names import WorkflowRef, workflow_name
@@ -155,6 +156,19 @@ class Reads(ClientBase):
     def get_events(self, run_id: str) -> list[Event]:
         """The run's audit trail; see `get_events_async`."""
         return self._portal.call(self.get_events_async, run_id)
+
+    async def get_values_async(self, run_id: str) -> dict[str, Any]:
+        """The values the run set with ``await ctx.set(key, value)``: the latest of each
+        key. Raises `RunNotFound`."""
+        values: dict[str, Any] = {}
+        for step in await self.get_steps_async(run_id):
+            if step.name.startswith(VALUE_PREFIX) and isinstance(step.output, dict):
+                values[step.output["key"]] = step.output["value"]
+        return values
+
+    def get_values(self, run_id: str) -> dict[str, Any]:
+        """The values the run set; see `get_values_async`."""
+        return self._portal.call(self.get_values_async, run_id)
 
     async def watch_async(self, run_id: str) -> AsyncIterator[Event]:
         """The run's history so far, then each new event as it happens, ending after

@@ -28,6 +28,9 @@ __all__ = ["Context", "RunLog", "StepApi", "StepRuntime"]
 
 T = TypeVar("T")
 
+#: Journal keys of the values a run sets (``ctx.set``) start with this.
+VALUE_PREFIX = "~set:"
+
 
 class StepRuntime(Protocol):
     """What `Context` needs from the engine executing the pass (the engine implements
@@ -305,6 +308,24 @@ class Context:
     @property
     def input(self) -> Any:
         return self._runner.run.input
+
+    async def set(self, key: str, value: Any) -> None:
+        """Record ``value`` (JSON) under ``key`` for the run's watchers:
+        `App.get_values` reads the latest value of each key, and `App.watch` sees a
+        ``value`` event ``{key, value}`` for every call.
+
+        Durable and replay-stable: the call is journaled like a step (under
+        ``~set:<key>``), so a replay does not write again and the first pass's value
+        stands; a later call with the same key replaces it. Keys follow the rules of
+        step names."""
+        validate_step_name(key, what="value key")
+        encode(value, what=f"value {key!r}")
+        record = {"key": key, "value": value}
+
+        async def recorded() -> dict[str, Any]:
+            return record
+
+        await self._runner.run_step(VALUE_PREFIX + key, recorded)
 
     def __repr__(self) -> str:
         return f"<Context run={self.run_id} workflow={self.workflow} v{self.version}>"

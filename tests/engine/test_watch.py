@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from perdure import App, Context, Event, RunNotFound
+from perdure import App, Context, Event, RunNotFound, ValidationError
 
 from .helpers import wait_for, wait_for_async
 
@@ -84,3 +84,54 @@ def test_watching_an_ended_run_gives_its_history_and_ends(app: App) -> None:
     assert list(app.watch(handle.id)) == app.get_events(handle.id)
     with pytest.raises(RunNotFound):
         list(app.watch("no-such-run"))
+
+
+def test_values_are_durable_replay_stable_and_watched(app: App) -> None:
+    passes: list[int] = []
+
+    @app.workflow
+    async def progress(ctx: Context, _: None) -> str:
+        passes.append(1)
+        await ctx.set("stage", "reserving")
+        await ctx.set("pass", len(passes))  # a replay does not write again
+        await ctx.step.wait_for_event("go")
+        await ctx.set("stage", "done")
+        return "ok"
+
+    seen: list[Event] = []
+    with app.worker():
+        handle = app.start(progress)
+        watcher = threading.Thread(target=lambda: seen.extend(app.watch(handle.id)))
+        watcher.start()
+        wait_for(lambda: app.get_values(handle.id) == {"stage": "reserving", "pass": 1}, 20)
+        wait_for(lambda: app.get_run(handle.id).status == "waiting", 20)
+        handle.signal("go")
+        assert handle.result(timeout=20) == "ok"
+        watcher.join(timeout=20)
+    assert len(passes) == 2  # the body ran again after the wait, replaying the values
+    assert app.get_values(handle.id) == {"stage": "done", "pass": 1}
+    values = [e.data for e in seen if e.type == "value"]
+    assert values == [
+        {"key": "stage", "value": "reserving"},
+        {"key": "pass", "value": 1},
+        {"key": "stage", "value": "done"},
+    ]
+    with pytest.raises(RunNotFound):
+        app.get_values("no-such-run")
+
+
+def test_a_bad_value_key_or_value_fails_the_step_call(app: App) -> None:
+    @app.workflow
+    async def bad(ctx: Context, which: str) -> str:
+        try:
+            if which == "key":
+                await ctx.set("no spaces", 1)
+            else:
+                await ctx.set("fine", {1, 2})
+        except ValidationError as exc:
+            return str(exc)
+        return "accepted"
+
+    with app.worker():
+        assert "invalid value key 'no spaces'" in app.run(bad, "key", timeout=20)
+        assert "value 'fine'" in app.run(bad, "value", timeout=20)

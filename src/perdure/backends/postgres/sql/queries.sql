@@ -200,14 +200,17 @@ FROM fork_run(%(source_id)s, %(id)s, %(before_step)s, %(input)s::jsonb,
               %(version)s::integer, %(by)s) r
 
 -- name: get_events
--- A run's audit trail with its completed journal rows as step_completed events, oldest first.
+-- A run's audit trail with completed journal rows as step_completed (or value) events.
 SELECT e.type, e.data, e.created_at
 FROM (
     SELECT type, data, created_at, 1 AS source, id AS ord
     FROM events
     WHERE run_id = %(run_id)s
     UNION ALL
-    SELECT 'step_completed', jsonb_build_object('step', key, 'kind', kind), recorded_at, 0, seq
+    SELECT CASE WHEN key LIKE '~set:%%' THEN 'value' ELSE 'step_completed' END,
+           CASE WHEN key LIKE '~set:%%' THEN output::jsonb
+                ELSE jsonb_build_object('step', key, 'kind', kind) END,
+           recorded_at, 0, seq
     FROM steps
     WHERE run_id = %(run_id)s AND status = 'completed'
 ) AS e

@@ -251,13 +251,15 @@ WHERE run_id = :run_id
 ORDER BY seq
 
 -- name: get_events
--- A run's stored events merged with step_completed entries derived from the journal.
+-- A run's stored events merged with step_completed (or value) entries from the journal.
 SELECT type, data, created_at, id AS mark, 0 AS part, 0 AS seq
 FROM events
 WHERE run_id = :run_id
 UNION ALL
 SELECT
-    'step_completed', json_object('step', key, 'kind', kind), recorded_at, event_mark, 1, seq
+    CASE WHEN key LIKE '~set:%' THEN 'value' ELSE 'step_completed' END,
+    CASE WHEN key LIKE '~set:%' THEN output ELSE json_object('step', key, 'kind', kind) END,
+    recorded_at, event_mark, 1, seq
 FROM steps
 WHERE run_id = :run_id AND status = 'completed'
 ORDER BY created_at, mark, part, seq
