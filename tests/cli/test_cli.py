@@ -338,3 +338,32 @@ def test_runs_retry_fork_and_bulk_commands(database, env, tmp_path) -> None:  # 
         assert "say which runs" in cli("runs", "retry", code=1).stderr
     finally:
         app.close()
+
+
+def test_runs_watch_follows_a_run_until_it_ends(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app = App(database.url, schema=database.schema)
+
+    @app.workflow
+    async def noted(ctx: Context, _: object) -> str:
+        await ctx.set("stage", "half")
+        await ctx.step.wait_for_event("go")
+        return "done"
+
+    try:
+        with app.worker():
+            handle = app.start(noted)
+            wait_for(lambda: app.get_run(handle.id).status == "waiting", 30)
+            watcher = subprocess.Popen(
+                [*PERDURE, "runs", "watch", handle.id, "--json"],
+                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            handle.signal("go")
+            out, err = watcher.communicate(timeout=60)
+        assert watcher.returncode == 0, err
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[0]["type"] == "created" and lines[-1]["type"] == "completed"
+        assert {"type": "value", "data": {"key": "stage", "value": "half"}} in [
+            {"type": x["type"], "data": x["data"]} for x in lines
+        ]
+    finally:
+        app.close()

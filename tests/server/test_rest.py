@@ -3,6 +3,9 @@ process on each backend, driven over HTTP."""
 
 from __future__ import annotations
 
+import json
+import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +228,35 @@ def test_retry_fork_and_bulk_over_rest(database, tmp_path: Path) -> None:  # typ
         assert forked["input"] == {"again": 1} and forked["output"] == ["a", "b"]
         cancelled = http.post("/v1/workflows/other/bulk/cancel", {"status": "pending"})
         assert cancelled.body == {"runIds": [live]}
+
+
+def test_a_run_streams_its_events_until_it_ends(database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = environment(database, tmp_path)
+    with server(env, tmp_path) as http, process(["worker", "rest_app:app"], env, tmp_path):
+        run_id = http.post(RUNS.format("approval"), {"input": {"order": 1}}).body["runId"]
+        path = f"{RUNS.format('approval')}/{run_id}"
+        messages: list[tuple[str, dict[str, Any]]] = []
+
+        def read() -> None:
+            with urllib.request.urlopen(http.base + path + "/stream", timeout=60) as stream:
+                assert stream.headers["Content-Type"].startswith("text/event-stream")
+                kind = ""
+                for raw in stream:
+                    line = raw.decode().rstrip("\n")
+                    if line.startswith("event: "):
+                        kind = line[len("event: ") :]
+                    elif line.startswith("data: "):
+                        messages.append((kind, json.loads(line[len("data: ") :])))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        wait_for(lambda: any(kind == "waiting" for kind, _ in messages), 20)
+        http.post(f"{path}/signals/approve", {"ok": 1})
+        reader.join(timeout=30)
+        assert not reader.is_alive()  # the stream ended with the run
+        kinds = [kind for kind, _ in messages]
+        assert kinds[0] == "created" and kinds[-1] == "completed"
+        assert all(data["type"] == kind and "createdAt" in data for kind, data in messages)
+        every = http.get(f"{path}/events?limit=1000").body["items"]
+        assert [data for _, data in messages] == every
+        assert http.get(f"{RUNS.format('approval')}/nope/stream").status == 404

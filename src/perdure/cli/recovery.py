@@ -1,8 +1,9 @@
 """``perdure runs retry|fork|cancel``: recover runs one at a time or in bulk over the
-filters of ``runs list``."""
+filters of ``runs list``; ``perdure runs watch``: follow one live."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -113,3 +114,23 @@ def runs_cancel(
     if workflow is None and status is None and not any(selection.values()):
         fail("say which runs: --workflow, --status or other filters")
     _report(client(ctx).cancel_runs(workflow, status=status, **selection), "cancelled", as_json)
+
+
+@runs.command("watch")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+def runs_watch(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Follow a run live: its history, then each event as it happens, until it ends."""
+    for event in client(ctx).watch(run_id):
+        if as_json:
+            emit_json({"type": event.type, "data": event.data, "created_at": event.created_at})
+            continue
+        when = event.created_at.strftime("%H:%M:%S.%f")[:-3]
+        detail = "" if event.data is None else f"  {_brief(event.data)}"
+        console.print(f"{when}  {event.type}{detail}")
+
+
+def _brief(data: Any) -> str:
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return text if len(text) <= 160 else text[:157] + "..."

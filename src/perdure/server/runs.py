@@ -1,12 +1,15 @@
-"""The routes of runs: start, list, read, cancel, signal, journal, audit trail."""
+"""The routes of runs: start, list, read, cancel, signal, journal, audit trail, and the
+live stream."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from ..app import App
 from ..errors import RunNotFound, ValidationError
@@ -170,3 +173,30 @@ def _value(raw: str) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+@router.get(
+    "/{run_id}/stream",
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events."},
+        **ERRORS,
+    },
+    response_class=StreamingResponse,
+)
+async def stream_run(name: str, run_id: str, request: Request) -> StreamingResponse:
+    """The run's events as Server-Sent Events: its history, then each event as it
+    happens (a value set by the run is an event of type ``value``); the stream ends
+    with the run. Each message is ``event: <type>`` and ``data: <the event as JSON>``."""
+    app = app_of(request)
+    await run_of(app, name, run_id)
+
+    async def messages() -> AsyncIterator[str]:
+        async for event in app.watch_async(run_id):
+            if await request.is_disconnected():
+                return
+            body = EventOut.of(event).model_dump_json(by_alias=True)
+            yield f"event: {event.type}\ndata: {body}\n\n"
+
+    return StreamingResponse(
+        messages(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+    )

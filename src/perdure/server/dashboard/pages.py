@@ -141,6 +141,7 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
     steps = await app.get_steps_async(run_id)
     events = await app.get_events_async(run_id)
     children = (await app.list_runs_async(parent_id=run.id, limit=100)).items
+    values = await app.get_values_async(run_id)
     now = await app.now_async()
     return _render(
         request,
@@ -149,6 +150,7 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
         steps=steps,
         events=events,
         children=children,
+        values=values,
         timeline=layout(run, steps, now, _parked(run, events)),
         waiting_for=waits_for(run, events),
         done=done,
