@@ -5,9 +5,9 @@ import perdure
 EXPECTED = {
     "App", "BackendError", "ChildTimeout", "ConfigurationError", "Context", "DeadlineExceeded",
     "Event", "MissingDependencyError", "NonDeterminismError", "NonRetriableError",
-    "NotFoundError", "Page", "Published", "RetryAfter", "RetryPolicy", "Run", "RunHandle",
-    "RunNotFound", "RunStateError", "SchemaVersionError", "SerializationError", "Step",
-    "StepApi", "StepFailed",
+    "NotFoundError", "Page", "Published", "Received", "RetryAfter", "RetryPolicy", "Run",
+    "RunHandle", "RunNotFound", "RunStateError", "SchemaVersionError", "SerializationError",
+    "Step", "StepApi", "StepFailed",
     "PerdureError", "PoisonRun", "StepLimitExceeded", "StepTimeout", "TimeoutError",
     "ValidationError", "WorkerInfo", "Worker", "WorkflowCancelled", "WorkflowFailed",
     "WorkflowSummary",

@@ -27,7 +27,7 @@ from .errors import (
     WorkflowFailed,
 )
 from .handle import RunHandle
-from .records import Event, Page, Published, Run, Step, WorkerInfo, WorkflowSummary
+from .records import Event, Page, Published, Received, Run, Step, WorkerInfo, WorkflowSummary
 from .retry import NonRetriableError, RetryAfter, RetryPolicy
 from .step_info import StepInfo, current_step
 from .worker import Worker
@@ -48,6 +48,7 @@ __all__ = [
     "PerdureError",
     "PoisonRun",
     "Published",
+    "Received",
     "RetryAfter",
     "RetryPolicy",
     "Run",

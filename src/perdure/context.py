@@ -22,7 +22,7 @@ from .serialization import encode
 from .typed import rebuild, return_type
 
 if TYPE_CHECKING:
-    from .records import Run
+    from .records import Received, Run
 
 __all__ = ["Context", "RunLog", "StepApi", "StepRuntime"]
 
@@ -74,6 +74,11 @@ class StepRuntime(Protocol):
         self, name: str, workflow: str, input_json: str, timeout: float | None
     ) -> Any:
         """Start a child run once and wait for it."""
+
+    async def wait_for_any(
+        self, name: str, events: list[str], match_json: str | None, timeout: float | None
+    ) -> Received | None:
+        """Park until the first of ``events`` arrives or the timeout passes."""
 
 
 class StepApi:
@@ -192,7 +197,7 @@ class StepApi:
         self,
         name: str,
         *,
-        event: str | None = None,
+        event: str | list[str] | None = None,
         match: Any = None,
         timeout: Duration | None = None,
     ) -> Any:
@@ -200,7 +205,9 @@ class StepApi:
 
         Args:
             name: the step's name.
-            event: the event to wait for (default: ``name``).
+            event: the event to wait for (default: ``name``); a list waits for the
+                first of them and returns `Received(event, payload)`. Buffered signals
+                count; the ones not taken stay buffered for later waits.
             match: a JSON value the payload must contain (Postgres ``@>`` semantics:
                 objects by subset of keys, arrays as subsets); None accepts any payload.
             timeout: give up after this long.
@@ -210,9 +217,14 @@ class StepApi:
             the same.
         """
         validate_step_name(name)
-        event_name = validate_event_name(event if event is not None else name)
         match_json = None if match is None else encode(match, what=f"wait {name!r} match")
         seconds = None if timeout is None else to_seconds(timeout, what=f"wait {name!r} timeout")
+        if isinstance(event, list | tuple):
+            names = list(dict.fromkeys(validate_event_name(e) for e in event))
+            if not names:
+                raise ValidationError(f"wait {name!r}: the list of events is empty")
+            return await self._runner.wait_for_any(name, names, match_json, seconds)
+        event_name = validate_event_name(event if event is not None else name)
         return await self._runner.wait_for_event(name, event_name, match_json, seconds)
 
     async def run_workflow(

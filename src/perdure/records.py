@@ -97,6 +97,15 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class Received:
+    """What ``wait_for_event(name, event=[...])`` returns: which of the events came
+    first, and its payload."""
+
+    event: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """One entry of a run's audit trail (created, claimed, step_completed, ...)."""
 

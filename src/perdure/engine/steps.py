@@ -30,6 +30,7 @@ from ..records import (
     Claim,
     EventWrite,
     NewRun,
+    Received,
     Run,
     Step,
     StepWrite,
@@ -48,6 +49,9 @@ from .control import PassControl
 from .keys import KeyAllocator
 from .services import RunServices
 from .suspend import FailRunSignal, Suspend, engine_error
+
+#: The journal output of every sibling of a wait for several events that timed out.
+TIMED_OUT = {"~timed_out": True}
 
 
 class ReleaseSignal(Suspend):
@@ -266,6 +270,59 @@ class PassSteps:
             timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
         wait = WaitWrite(key, event, match_json, timeout_at)
         await self._barrier.park(self._barrier.request("event", timeout_at, waits=(wait,)))
+
+    async def wait_for_any(
+        self, name: str, events: list[str], match_json: str | None, timeout: float | None
+    ) -> Received | None:
+        """Durable wait for the first of several events; see `StepApi.wait_for_event`.
+
+        One wait is registered per event, under ``<key>@<event>``; the database drops
+        the others when one is resolved, so the signals they would have taken stay
+        buffered. A timeout journals every sibling as timed out."""
+        key = self._keys.next(name)
+        self._enter(key, "wait")
+        siblings = [f"{key}@{event}" for event in events]
+        self._to_replay.difference_update(siblings)
+        for event, sibling in zip(events, siblings, strict=True):
+            record = self.journal.get(sibling)
+            if record is not None and record.status != "retrying":
+                return None if record.output == TIMED_OUT else Received(event, record.output)
+        registered = [self._waits[k] for k in siblings if k in self._waits]
+        if registered:
+            timeout_at = registered[0].timeout_at
+            if timeout_at is not None and timeout_at <= self.now():
+                return await self._wait_timed_out(key, events, siblings)
+        else:
+            timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
+        waits = tuple(
+            WaitWrite(sibling, event, match_json, timeout_at)
+            for event, sibling in zip(events, siblings, strict=True)
+        )
+        await self._barrier.park(self._barrier.request("event", timeout_at, waits=waits))
+
+    async def _wait_timed_out(
+        self, key: str, events: list[str], siblings: list[str]
+    ) -> Received | None:
+        marker = encode(TIMED_OUT, what="timeout")
+        writes = tuple(
+            StepWrite(k, "wait", "completed", marker, started_at=self.now()) for k in siblings
+        )
+        event = EventWrite("resumed", {"step": key, "events": events, "timed_out": True})
+        with self._barrier.working():
+            result = await self._commits.commit(
+                Transition(self.run.id, self._token, steps=writes, events=(event,))
+            )
+        # A signal resolved one of them first: it wins.
+        for name, sibling in zip(events, siblings, strict=True):
+            stored = _stored(result, sibling)
+            if stored is not None and stored.output != TIMED_OUT:
+                self.journal[sibling] = stored
+                return Received(name, stored.output)
+        for sibling in siblings:
+            self.journal[sibling] = Step(
+                sibling, "wait", "completed", TIMED_OUT, None, 1, None, None
+            )
+        return None
 
     # ------------------------------------------------------------------ child runs
 

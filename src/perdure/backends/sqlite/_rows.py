@@ -20,6 +20,7 @@ __all__ = [
     "add_event",
     "cancel_descendants",
     "cancel_ids",
+    "drop_sibling_waits",
     "insert_run",
     "resolve_wait",
     "wake",
@@ -150,8 +151,23 @@ def resolve_wait(
         completed_at=now,
     )
     add_event(s, run_id, "signaled", {"step": key, "event": event}, now)
+    drop_sibling_waits(s, run_id, key)
     if status != "running":
         wake(s, run_id, now)
+
+
+def drop_sibling_waits(s: Session, run_id: str, key: str) -> set[str]:
+    """A wait for the first of several events (keys ``<step>@<event>``) was resolved:
+    its other waits go, so the signals they would have taken stay buffered."""
+    base, at, _ = key.rpartition("@")
+    if not at:
+        return set()
+    prefix = base + "@"
+    rows = s.all(
+        QUERIES["drop_sibling_waits"],
+        {"run_id": run_id, "prefix": prefix, "n": len(prefix), "key": key},
+    )
+    return {r["key"] for r in rows}
 
 
 def write_child_result(

@@ -34,7 +34,14 @@ from ...records import (
 from ...serialization import Undecodable, brief_error
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
 from ._operations import retry_in
-from ._rows import add_event, cancel_descendants, insert_run, write_child_result, write_step
+from ._rows import (
+    add_event,
+    cancel_descendants,
+    drop_sibling_waits,
+    insert_run,
+    write_child_result,
+    write_step,
+)
 from ._session import QUERIES, Session, is_busy
 
 __all__ = ["apply", "claim_runs", "extend_leases", "release_orphans", "validate_transitions"]
@@ -333,7 +340,10 @@ def _park(s: Session, t: Transition, park: Park, deadline_at: float | None, now:
             due_now = True  # the child already ended
     add_event(s, run_id, "waiting", waiting_data(park, t.waits), now)
     timeouts: list[float] = []
+    dropped: set[str] = set()
     for wait in s.all(QUERIES["run_waits"], {"run_id": run_id}):
+        if wait["key"] in dropped:
+            continue  # a sibling took a signal first
         signal = s.one(
             QUERIES["find_buffered_signal"],
             {"run_id": run_id, "event": wait["event"], "match": wait["match"]},
@@ -356,6 +366,7 @@ def _park(s: Session, t: Transition, park: Park, deadline_at: float | None, now:
         )
         data = {"step": wait["key"], "event": wait["event"], "buffered": True}
         add_event(s, run_id, "signaled", data, now)
+        dropped |= drop_sibling_waits(s, run_id, wait["key"])
         due_now = True
     if due_now:
         available_at = now

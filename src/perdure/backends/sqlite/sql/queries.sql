@@ -577,3 +577,8 @@ SELECT seq, key, kind, status, output, error, attempts, started_at, completed_at
        recorded_at, 1 AS superseded
 FROM superseded_steps WHERE run_id = :run_id
 ORDER BY recorded_at, seq
+
+-- name: drop_sibling_waits
+-- The other waits of a wait for the first of several events (keys '<step>@<event>').
+DELETE FROM waits WHERE run_id = :run_id AND substr(key, 1, :n) = :prefix AND key <> :key
+RETURNING key

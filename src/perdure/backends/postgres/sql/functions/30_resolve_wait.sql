@@ -13,6 +13,7 @@ BEGIN
                        v_since, NULL);
     INSERT INTO events (run_id, type, data)
     VALUES (p_run.id, 'signaled', jsonb_build_object('step', p_key, 'event', p_event));
+    PERFORM drop_sibling_waits(p_run.id, p_key);
     IF p_run.status <> 'running' THEN
         UPDATE runs SET available_at = perdure_now(), updated_at = perdure_now() WHERE id = p_run.id;
         PERFORM send_notice('w', p_run.id);

@@ -88,6 +88,9 @@ BEGIN
         END IF;
         -- A buffered signal matching a wait is consumed (oldest first).
         FOR v_wait IN SELECT * FROM waits WHERE run_id = p_run_id ORDER BY seq LOOP
+            -- (a sibling of a wait for several events may have taken a signal first)
+            CONTINUE WHEN NOT EXISTS (
+                SELECT 1 FROM waits WHERE run_id = p_run_id AND key = v_wait.key);
             SELECT id, payload INTO v_signal FROM signals
             WHERE run_id = p_run_id AND event = v_wait.event
               AND (v_wait.match IS NULL OR payload @> v_wait.match)
@@ -101,6 +104,7 @@ BEGIN
             INSERT INTO events (run_id, type, data)
             VALUES (p_run_id, 'signaled', jsonb_build_object(
                 'step', v_wait.key, 'event', v_wait.event, 'buffered', true));
+            PERFORM drop_sibling_waits(p_run_id, v_wait.key);
             v_due := true;
         END LOOP;
         -- A child that ended already has written its journal row.
