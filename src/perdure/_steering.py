@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._client import ClientBase
+from .errors import ValidationError
 from .names import WorkflowRef, validate_event_name, validate_pattern, workflow_name
 from .records import Published
 from .serialization import encode
@@ -17,14 +18,21 @@ __all__ = ["Steering"]
 class Steering(ClientBase):
     """The steering methods of `perdure.App`."""
 
-    async def cancel_async(self, run_id: str) -> bool:
+    async def cancel_async(self, run_id: str, *, rollback: bool = False) -> bool:
         """Cancel a live run (and its live children). True if it was live; False if it
-        had already ended. Raises `RunNotFound`."""
-        return await (await self._backend()).cancel_run(lookup_id(run_id))
+        had already ended. Raises `RunNotFound`.
 
-    def cancel(self, run_id: str) -> bool:
+        With ``rollback=True`` the ``rollback`` functions of its completed steps run
+        first, newest first, each durably (a worker that dies in the middle leaves the
+        rest to the next one); then the run ends ``cancelled``, its error listing what
+        was rolled back. A worker serving the workflow does it."""
+        if not isinstance(rollback, bool):
+            raise ValidationError(f"rollback must be True or False, got {rollback!r:.40}")
+        return await (await self._backend()).cancel_run(lookup_id(run_id), rollback)
+
+    def cancel(self, run_id: str, *, rollback: bool = False) -> bool:
         """Cancel a live run; see `cancel_async`."""
-        return self._portal.call(self.cancel_async, run_id)
+        return self._portal.call(self.cancel_async, run_id, rollback=rollback)
 
     async def signal_async(
         self,

@@ -16,8 +16,8 @@ class RunClient(Protocol):
     def result(self, run_id: str, timeout: float | None = None) -> Any: ...
     async def get_run_async(self, run_id: str) -> Run: ...
     def get_run(self, run_id: str) -> Run: ...
-    async def cancel_async(self, run_id: str) -> bool: ...
-    def cancel(self, run_id: str) -> bool: ...
+    async def cancel_async(self, run_id: str, *, rollback: bool = False) -> bool: ...
+    def cancel(self, run_id: str, *, rollback: bool = False) -> bool: ...
     async def signal_async(
         self, run_id: str, event: str, payload: Any = None, *, idempotency_key: str | None = None
     ) -> bool: ...
@@ -75,13 +75,13 @@ class RunHandle:
         """The run's current record."""
         return self._app.get_run(self.id)
 
-    async def cancel_async(self) -> bool:
+    async def cancel_async(self, *, rollback: bool = False) -> bool:
         """Cancel the run; see `App.cancel_async`."""
-        return await self._app.cancel_async(self.id)
+        return await self._app.cancel_async(self.id, rollback=rollback)
 
-    def cancel(self) -> bool:
+    def cancel(self, *, rollback: bool = False) -> bool:
         """Cancel the run; see `App.cancel`."""
-        return self._app.cancel(self.id)
+        return self._app.cancel(self.id, rollback=rollback)
 
     async def signal_async(
         self, event: str, payload: Any = None, *, idempotency_key: str | None = None

@@ -37,7 +37,9 @@ DASH_APP = textwrap.dedent(
 
     @app.workflow
     async def order(ctx: Context, data: dict) -> dict:
-        reserved = await ctx.step.run("reserve", lambda: {"sku": data["sku"]})
+        reserved = await ctx.step.run(
+            "reserve", lambda: {"sku": data["sku"]}, rollback=lambda out: f"released {out}"
+        )
         charged = await ctx.step.run(
             "charge", flaky, ctx.run_id, retry=RetryPolicy(max_attempts=3, initial=0.2)
         )
@@ -292,3 +294,14 @@ def test_a_failed_run_is_retried_from_a_chosen_step_and_forked_from_the_page(  #
         assert run_id not in tab.url.split("?")[0]
         tab.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
         browser.close()
+
+
+def test_cancel_with_rollback_from_the_page(page: Any, site: tuple[Http, list[str]]) -> None:
+    http, ids = site
+    page.goto(page.base + f"/runs/{ids[0]}")
+    page.click("#cancel-rollback")
+    page.wait_for_url(f"**/runs/{ids[0]}?done=cancelling+after+its+rollbacks")
+    page.locator("#run-status", has_text="cancelled").wait_for(timeout=20_000)
+    error = http.get(f"/v1/workflows/order/runs/{ids[0]}").body["error"]
+    assert error["compensated"] == ["reserve"]
+    assert '"compensated"' in page.locator("pre.error-json").inner_text()

@@ -260,3 +260,16 @@ def test_a_run_streams_its_events_until_it_ends(database, tmp_path: Path) -> Non
         every = http.get(f"{path}/events?limit=1000").body["items"]
         assert [data for _, data in messages] == every
         assert http.get(f"{RUNS.format('approval')}/nope/stream").status == 404
+
+
+def test_cancel_with_rollback_over_rest(database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = environment(database, tmp_path)
+    with server(env, tmp_path) as http, process(["worker", "rest_app:app"], env, tmp_path):
+        run_id = http.post(RUNS.format("approval"), {"input": {"order": 3}}).body["runId"]
+        _until(http, "approval", run_id, "waiting")
+        reply = http.delete(f"{RUNS.format('approval')}/{run_id}?rollback=true")
+        assert reply.body == {"runId": run_id, "cancelled": True}
+        done = _until(http, "approval", run_id, "cancelled")
+        assert done["error"]["compensated"] == []  # its one step has no rollback
+        events = http.get(f"{RUNS.format('approval')}/{run_id}/events").body["items"]
+        assert [e["type"] for e in events][-3:] == ["claimed", "compensated", "cancelled"]

@@ -119,9 +119,16 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def cancel_run(self, run_id: str) -> bool:
+    async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
         """Cancel a live run and, recursively, its live children (as `apply` does for
         the children of a run that fails).
+
+        With ``rollback`` and a completed step in its journal, the run is handed to a
+        rollback pass instead: status ``waiting``, claimable now, its lease cleared
+        (the worker holding it is fenced out and told ``cancel``), its ``error`` set to
+        ``{"type": "WorkflowCancelled", "rollback": true, ...}``, its waits and
+        buffered signals deleted, its live children cancelled, and a ``cancelling``
+        event; the worker that claims it runs the rollbacks, then cancels it.
 
         Sets status ``cancelled`` and ``completed_at``, clears the lease, deletes its
         waits and buffered signals, records a ``cancelled`` event, notifies ``cancel``

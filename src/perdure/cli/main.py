@@ -240,10 +240,12 @@ def publish(
 @cli.command()
 @click.argument("run_id")
 @click.pass_context
-def cancel(ctx: click.Context, run_id: str) -> None:
+@click.option("--rollback", is_flag=True, help="Run the rollbacks of its completed steps first.")
+def cancel(ctx: click.Context, run_id: str, rollback: bool) -> None:
     """Cancel a live run (and its live children)."""
-    if client(ctx).cancel(run_id):
-        console.print("cancelled")
+    if client(ctx).cancel(run_id, rollback=rollback):
+        console.print("cancelling: a worker runs its rollbacks, then cancels it" if rollback
+                      else "cancelled")  # fmt: skip
     else:
         console.print("the run had already ended")
         sys.exit(1)

@@ -56,6 +56,9 @@ def log_outcome(
         log_run(logging.WARNING, run, "step retrying", reason)
     elif outcome == "parked":
         log_run(logging.INFO, run, "parked", f"{reason or 'parked'}; wakes at {when}")
+    elif outcome == "cancelled":
+        rolled = ", ".join((error or {}).get("compensated") or []) or "none"
+        log_run(logging.INFO, run, "cancelled", f"after its rollbacks (rolled back: {rolled})")
     elif outcome == "released":
         log_run(logging.INFO, run, "released", "the worker is stopping; any worker may take it")
     else:

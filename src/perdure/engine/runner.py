@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._run_ends import run_ends
 from ..context import Context
-from ..errors import DeadlineExceeded, PoisonRun, SerializationError, StepFailed
-from ..records import Claim, Complete, Fail, Outcome, Park, Release, Retry, Transition
+from ..errors import BackendError, DeadlineExceeded, PoisonRun, SerializationError, StepFailed
+from ..records import Claim, Complete, Fail, Outcome, Park, Release, Retry, Run, Transition
 from ..retry import NonRetriableError, RetryAfter
 from ..serialization import encode, error_from_exception
 from .barrier import ParkBarrier
@@ -85,6 +85,8 @@ class Runner:
 
     async def execute(self) -> PassResult:
         """Run the pass and commit its outcome. Only raises CancelledError."""
+        if _rolling_back(self.run):
+            return await self._roll_back()
         early = self._precheck()
         if early is not None:
             return await self._finish(Fail(early), "failed")
@@ -236,6 +238,54 @@ class Runner:
         transition = Transition(self.run.id, self.token, events=(event,), outcome=Fail(error))
         return await self._finish(transition, "failed")
 
+    async def _roll_back(self) -> PassResult:
+        """A run cancelled with rollback: replay the body up to the first step the
+        journal does not hold (registering the rollbacks of completed steps), run the
+        rollbacks newest first, each durably, then cancel the run."""
+        self.steps.replay_only = True
+        body = asyncio.create_task(self._call_body(), name=f"perdure:{self.run.id}")
+        self._control.body = body
+        await self._barrier.drive(body)
+        if self._control.abandoned is not None:
+            return PassResult("abandoned")
+        if not body.cancelled():
+            body.exception()  # how the replay ended does not matter: it stops here
+        self.steps.replay_only = False
+        self._barrier.reset()
+        task = asyncio.create_task(self._run_rollbacks())
+        self._control.body = task
+        await self._barrier.drive(task)
+        if self._control.abandoned is not None or task.cancelled():
+            return PassResult("abandoned")
+        exc = task.exception()
+        if exc is not None:
+            suspended = await self._suspended(exc)
+            if suspended is not None:
+                return suspended  # a rollback waits for its retry: the next pass goes on
+            log.exception("run %s: rollbacks stopped", self.run.id, exc_info=exc)
+            compensated: list[str] = []
+            failed = [c.key for c in self.steps.compensations]
+        else:
+            compensated, failed = task.result()
+        error, event = compensated_error(
+            {k: v for k, v in (self.run.error or {}).items() if k != "rollback"},
+            compensated,
+            failed,
+        )
+        transition = Transition(self.run.id, self.token, events=(event,))
+        if not await self._commits.commit_last(transition, "cancelled"):
+            return PassResult("abandoned")
+        cancel = self.services.cancel
+        assert cancel is not None, "a worker gives its runs a way to cancel"
+        try:
+            await cancel(self.run.id)
+        except BackendError as exc:
+            log.warning("run %s: could not cancel after its rollbacks: %s", self.run.id, exc)
+            return PassResult("abandoned")  # the next claim replays the rollbacks and retries
+        log_outcome(self.run, "cancelled", error=error)
+        run_ends.publish(self.run.id, "cancelled", None, error)
+        return PassResult("cancelled", error=error)
+
     async def _run_rollbacks(self) -> tuple[list[str], list[str]]:
         self._control.adopt()
         return await run_rollbacks(self.steps.compensations, self.steps.run_rollback)
@@ -266,6 +316,16 @@ class Runner:
         elif isinstance(outcome, Park | Retry):
             self.services.on_park(wake_at)
         return PassResult(label, wake_at=wake_at, error=error, reason=reason)
+
+
+def _rolling_back(run: Run) -> bool:
+    """True for a run cancelled with rollback (`Backend.cancel_run`)."""
+    error = run.error
+    return (
+        isinstance(error, dict)
+        and error.get("rollback") is True
+        and (error.get("type") == "WorkflowCancelled")
+    )
 
 
 def _first_real(exc: BaseException) -> BaseException:

@@ -27,6 +27,8 @@ class RunServices:
     max_step_attempts: int = 1000
     max_payload_bytes: int = 1024 * 1024
     max_claims_without_progress: int = 10
+    #: Cancels a run once its rollbacks ran (`Backend.cancel_run`).
+    cancel: Callable[[str], Awaitable[bool]] | None = None
 
 
 @dataclass(slots=True)

@@ -48,7 +48,7 @@ from .compensation import Compensation
 from .control import PassControl
 from .keys import KeyAllocator
 from .services import RunServices
-from .suspend import FailRunSignal, Suspend, engine_error
+from .suspend import FailRunSignal, ReplayEnd, Suspend, engine_error
 
 #: The journal output of every sibling of a wait for several events that timed out.
 TIMED_OUT = {"~timed_out": True}
@@ -86,6 +86,8 @@ class PassSteps:
         self._step_attempts = claim.step_attempts
         #: Rollbacks of the completed steps, oldest first.
         self.compensations: list[Compensation] = []
+        #: A rollback pass: journaled steps replay, anything new stops the body.
+        self.replay_only = False
 
     def now(self) -> datetime:
         """The database clock."""
@@ -131,6 +133,7 @@ class PassSteps:
                 self.compensations.append(Compensation(key, rollback, record.output))
             return record.output
         attempt = (record.attempts if record is not None else 0) + 1
+        self._stop_if_replay_only()
         self._check_may_run()
         with self._barrier.working():
             if self._commits.has_deferred:  # the previous step's row is durable first
@@ -161,6 +164,10 @@ class PassSteps:
             if rollback is not None:
                 self.compensations.append(Compensation(key, rollback, value))
             return value
+
+    def _stop_if_replay_only(self) -> None:
+        if self.replay_only:
+            raise ReplayEnd()
 
     def _check_may_run(self) -> None:
         if self._services.stopping():
@@ -247,6 +254,7 @@ class PassSteps:
                     key, "sleep", "completed", output, started_at=self.now(), completed_at=until
                 ),
             )
+        self._stop_if_replay_only()
         await self._barrier.park(self._barrier.request("sleep", until, steps=steps))
 
     # ------------------------------------------------------------------ wait for an event
@@ -269,6 +277,7 @@ class PassSteps:
         else:
             timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
         wait = WaitWrite(key, event, match_json, timeout_at)
+        self._stop_if_replay_only()
         await self._barrier.park(self._barrier.request("event", timeout_at, waits=(wait,)))
 
     async def wait_for_any(
@@ -298,6 +307,7 @@ class PassSteps:
             WaitWrite(sibling, event, match_json, timeout_at)
             for event, sibling in zip(events, siblings, strict=True)
         )
+        self._stop_if_replay_only()
         await self._barrier.park(self._barrier.request("event", timeout_at, waits=waits))
 
     async def _wait_timed_out(
@@ -362,6 +372,7 @@ class PassSteps:
         )
         timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
         waits = () if timeout_at is None else (WaitWrite(key, "~child", None, timeout_at),)
+        self._stop_if_replay_only()
         request = self._barrier.request("child", None, children=(child,), waits=waits)
         await self._barrier.park(request)
 

@@ -22,6 +22,10 @@ class AbandonSignal(Suspend):
     """The run must be dropped without writing: lease lost, cancelled, or worker stopping hard."""
 
 
+class ReplayEnd(Suspend):
+    """A rollback pass reached work the journal does not hold: the body stops there."""
+
+
 class FailRunSignal(Suspend):
     """The run must fail for good at once (step limit, deadline, nondeterminism)."""
 

@@ -96,12 +96,14 @@ async def get_run(name: str, run_id: str, request: Request) -> RunOut:
 
 
 @router.delete("/{run_id}", response_model=CancelOut, responses=ERRORS)
-async def cancel_run(name: str, run_id: str, request: Request) -> CancelOut:
+async def cancel_run(name: str, run_id: str, request: Request, rollback: bool = False) -> CancelOut:
     """Cancel a live run and its live children; ``cancelled`` is false when it had
-    already ended."""
+    already ended. With ``rollback=true`` a worker first runs the rollbacks of its
+    completed steps, newest first, then cancels it."""
     app = app_of(request)
     await run_of(app, name, run_id)
-    return CancelOut(run_id=run_id, cancelled=await app.cancel_async(run_id))
+    cancelled = await app.cancel_async(run_id, rollback=rollback)
+    return CancelOut(run_id=run_id, cancelled=cancelled)
 
 
 @router.post("/{run_id}/signals/{event}", response_model=SignalOut, responses=ERRORS)

@@ -200,8 +200,9 @@ class PostgresBackend(Backend):
         assert row is not None
         return created_from_row(row)
 
-    async def cancel_run(self, run_id: str) -> bool:
-        row = await self._db.one(QUERIES["cancel_run"], {"run_id": run_id})
+    async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
+        query = QUERIES["cancel_with_rollback"] if rollback else QUERIES["cancel_run"]
+        row = await self._db.one(query, {"run_id": run_id})
         return bool(row and row[0])
 
     async def deliver_signal(

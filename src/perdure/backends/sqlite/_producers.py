@@ -58,13 +58,17 @@ def create_run(s: Session, new: NewRun) -> CreateResult:
         return CreateResult(to_run(existing), False, differs)
 
 
-def cancel_run(s: Session, run_id: str) -> bool:
+def cancel_run(s: Session, run_id: str, rollback: bool = False) -> bool:
     with s.write() as now:
         state = s.one(QUERIES["get_run_state"], {"id": run_id})
         if state is None:
             raise RunNotFound(run_id)
         if state["status"] not in ACTIVE_STATUSES:
             return False
+        if rollback and s.one(QUERIES["completed_run_step"], {"run_id": run_id}) is not None:
+            _hand_to_rollback(s, run_id, now)
+            return True
+        _after_rollback(s, run_id)
         cancel_ids(s, [run_id], now, None)
         cancel_descendants(s, run_id, now)
         if state["parent_id"] is not None:
@@ -74,6 +78,41 @@ def cancel_run(s: Session, run_id: str) -> bool:
             }
             write_child_result(s, state, now, output_json=None, error=error)
         return True
+
+
+def _after_rollback(s: Session, run_id: str) -> None:
+    """A run cancelled after its rollback pass: its error lists what was rolled back."""
+    row = s.one(QUERIES["get_run"], {"id": run_id})
+    marker = None if row is None or row["error"] is None else json.loads(row["error"])
+    if not isinstance(marker, dict) or marker.get("rollback") is not True:
+        return
+    done: dict[str, list[str]] = {"completed": [], "failed": []}
+    for step in s.all(QUERIES["rollback_steps"], {"run_id": run_id}):
+        done[step["status"]].append(step["key"][len("~rollback:") :])
+    error = {
+        "type": "WorkflowCancelled",
+        "message": f"run {run_id} was cancelled after its rollbacks",
+        "compensated": done["completed"],
+        "compensation_failed": done["failed"],
+    }
+    s.run(QUERIES["set_run_error"], {"id": run_id, "error": dumps(error)})
+
+
+def _hand_to_rollback(s: Session, run_id: str, now: float) -> None:
+    """See `Backend.cancel_run` (rollback): a rollback pass first, then the cancel."""
+    error = {
+        "type": "WorkflowCancelled",
+        "rollback": True,
+        "message": f"run {run_id} was cancelled; its rollbacks run first",
+    }
+    s.run(QUERIES["hand_to_rollback"], {"id": run_id, "error": dumps(error), "now": now})
+    ids = json.dumps([run_id])
+    s.run(QUERIES["delete_waits_of_runs"], {"ids": ids})
+    s.run(QUERIES["delete_signals_of_runs"], {"ids": ids})
+    add_event(s, run_id, "cancelling", {"rollback": True}, now)
+    s.notify("cancel", run_id)
+    s.notify("wake", run_id)
+    cancel_descendants(s, run_id, now)
 
 
 def deliver_signal(

@@ -250,8 +250,8 @@ class SQLiteBackend(Backend):
     async def create_run(self, new: NewRun) -> CreateResult:
         return await self._call(_producers.create_run, new)
 
-    async def cancel_run(self, run_id: str) -> bool:
-        return await self._call(_producers.cancel_run, run_id)
+    async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
+        return await self._call(_producers.cancel_run, run_id, rollback)
 
     async def deliver_signal(
         self, run_id: str, event: str, payload_json: str, idempotency_key: str | None = None

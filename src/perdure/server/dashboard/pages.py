@@ -164,8 +164,11 @@ async def cancel(request: Request, run_id: str) -> Response:
     refused = _foreign(request)
     if refused is not None:
         return refused
-    cancelled = await app_of(request).cancel_async(run_id)
-    return _back(run_id, "cancelled" if cancelled else "already ended")
+    rollback = (await _form(request)).get("rollback") == "1"
+    cancelled = await app_of(request).cancel_async(run_id, rollback=rollback)
+    if not cancelled:
+        return _back(run_id, "already ended")
+    return _back(run_id, "cancelling after its rollbacks" if rollback else "cancelled")
 
 
 @router.post("/runs/{run_id}/signal")

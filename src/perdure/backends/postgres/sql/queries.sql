@@ -115,6 +115,10 @@ FROM create_run(
 -- Cancel a run and its live descendants through cancel_tree().
 SELECT cancel_tree(%(run_id)s)
 
+-- name: cancel_with_rollback
+-- Hand a live run to a rollback pass, then cancel it, through cancel_with_rollback().
+SELECT cancel_with_rollback(%(run_id)s)
+
 -- name: deliver_signal
 -- Deliver a signal through deliver_signal(): resolved, buffered or ended.
 SELECT deliver_signal(%(run_id)s, %(event)s, %(payload)s::jsonb, %(idempotency_key)s::text)

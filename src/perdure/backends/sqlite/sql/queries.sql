@@ -582,3 +582,24 @@ ORDER BY recorded_at, seq
 -- The other waits of a wait for the first of several events (keys '<step>@<event>').
 DELETE FROM waits WHERE run_id = :run_id AND substr(key, 1, :n) = :prefix AND key <> :key
 RETURNING key
+
+-- name: completed_run_step
+-- Whether a run has a completed step (one whose rollback may have to run).
+SELECT 1 FROM steps WHERE run_id = :run_id AND kind = 'run' AND status = 'completed' LIMIT 1
+
+-- name: hand_to_rollback
+-- A run cancelled with rollback: claimable now for its rollback pass, the lease taken away.
+UPDATE runs SET
+    status = 'waiting', available_at = :now, wake_reason = NULL, lease_owner = NULL,
+    lease_expires_at = NULL, claims_since_progress = 0, error = :error, updated_at = :now
+WHERE id = :id
+
+-- name: rollback_steps
+-- A run's rollback rows (completed or failed), oldest first.
+SELECT key, status FROM steps
+WHERE run_id = :run_id AND kind = 'rollback' AND status IN ('completed', 'failed')
+ORDER BY seq
+
+-- name: set_run_error
+-- Replace a run's error.
+UPDATE runs SET error = :error WHERE id = :id

@@ -20,7 +20,19 @@ BEGIN
     UPDATE runs SET
         status = 'cancelled', completed_at = perdure_now(), updated_at = perdure_now(),
         lease_owner = NULL, lease_expires_at = NULL, wake_reason = NULL,
-        available_at = 'infinity'
+        available_at = 'infinity',
+        -- after a rollback pass (cancel_with_rollback): what was rolled back
+        error = CASE WHEN v_run.error ->> 'rollback' = 'true' THEN jsonb_build_object(
+            'type', 'WorkflowCancelled',
+            'message', format('run %s was cancelled after its rollbacks', p_run_id),
+            'compensated', coalesce((SELECT jsonb_agg(substr(key, 11) ORDER BY seq) FROM steps
+                                     WHERE run_id = p_run_id AND kind = 'rollback'
+                                       AND status = 'completed'), '[]'),
+            'compensation_failed', coalesce((SELECT jsonb_agg(substr(key, 11) ORDER BY seq)
+                                             FROM steps WHERE run_id = p_run_id
+                                               AND kind = 'rollback' AND status = 'failed'),
+                                            '[]'))
+            ELSE error END
     WHERE id = p_run_id;
     DELETE FROM waits WHERE run_id = p_run_id;
     DELETE FROM signals WHERE run_id = p_run_id;
