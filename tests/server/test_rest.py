@@ -13,7 +13,7 @@ import pytest
 
 from tests.engine.helpers import wait_for
 
-from .harness import Http, environment, process, server
+from .harness import Http, Reply, environment, free_port, process, server
 
 RUNS = "/v1/workflows/{}/runs"
 
@@ -107,6 +107,13 @@ def test_every_route_end_to_end(database, tmp_path: Path) -> None:  # type: igno
         assert counts["greet"]["completed"] == 2 and counts["approval"]["cancelled"] == 1
         workers = http.get("/v1/workers").body["items"]
         assert any("greet@1" in w["workflows"] for w in workers)
+
+        # the database's gauges for Prometheus
+        with urllib.request.urlopen(http.base + "/metrics", timeout=10) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain")
+            text = answer.read().decode()
+        assert 'workflow_runs_in_flight{workflow="greet"} 0.0' in text
+        assert 'workflow_queue_depth{workflow="approval"} 0.0' in text
 
 
 def test_bad_requests_answer_4xx_in_one_shape_and_store_nothing(  # type: ignore[no-untyped-def]
@@ -273,3 +280,28 @@ def test_cancel_with_rollback_over_rest(database, tmp_path: Path) -> None:  # ty
         assert done["error"]["compensated"] == []  # its one step has no rollback
         events = http.get(f"{RUNS.format('approval')}/{run_id}/events").body["items"]
         assert [e["type"] for e in events][-3:] == ["claimed", "compensated", "cancelled"]
+
+
+def test_a_database_outage_answers_503_and_nothing_else_is_a_5xx(tmp_path: Path) -> None:
+    class Unreachable:
+        url = "postgresql://postgres@127.0.0.1:1/postgres"  # nothing listens on port 1
+        schema = "perdure"
+
+    env = environment(Unreachable, tmp_path)
+    port = free_port()
+    with process(["serve", "--port", str(port)], env, tmp_path):
+        http = Http(f"http://127.0.0.1:{port}")
+        reply = wait_for(lambda: _answer(http, "/healthz"), 20)
+        assert reply is not None and reply.status == 503 and reply.body["error"]["type"] == "Unavailable"
+        assert "cannot connect to PostgreSQL" in reply.body["error"]["message"]
+        for path in (RUNS.format("greet"), "/v1/workflows", "/metrics"):
+            assert http.get(path).status == 503
+        assert http.post(RUNS.format("greet"), {"input": 1}).status == 503
+        assert http.post(RUNS.format("bad%20name"), {}).status == 422  # bad input first
+
+
+def _answer(http: Http, path: str) -> Reply | None:
+    try:
+        return http.get(path)
+    except OSError:
+        return None

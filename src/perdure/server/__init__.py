@@ -16,6 +16,7 @@ from ..app import App
 from . import dashboard
 from .errors import install_error_handlers
 from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
+from .metrics import router as metrics_router
 from .others import router as others_router
 from .recovery import router as recovery_router
 from .runs import router as runs_router
@@ -47,6 +48,7 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     api.include_router(runs_router)
     api.include_router(others_router)
     api.include_router(recovery_router)
+    api.include_router(metrics_router)
     api.include_router(dashboard.router)
     api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")
     api.state.token_check = TokenCheck(api, tokens).known if tokens else None
