@@ -292,7 +292,8 @@ def test_a_database_outage_answers_503_and_nothing_else_is_a_5xx(tmp_path: Path)
     with process(["serve", "--port", str(port)], env, tmp_path):
         http = Http(f"http://127.0.0.1:{port}")
         reply = wait_for(lambda: _answer(http, "/healthz"), 20)
-        assert reply is not None and reply.status == 503 and reply.body["error"]["type"] == "Unavailable"
+        assert reply is not None and reply.status == 503
+        assert reply.body["error"]["type"] == "Unavailable"
         assert "cannot connect to PostgreSQL" in reply.body["error"]["message"]
         for path in (RUNS.format("greet"), "/v1/workflows", "/metrics"):
             assert http.get(path).status == 503

@@ -221,6 +221,20 @@ class Runner:
 
     async def _compensate(self, error: dict[str, Any]) -> PassResult:
         """Run the rollbacks of completed steps, newest first, each as a durable step."""
+        rolled = await self._rollbacks()
+        if isinstance(rolled, PassResult):
+            return rolled
+        if isinstance(rolled, BaseException):
+            error = {**error, "compensation_error": error_from_exception(rolled)}
+            return await self._finish(Fail(error), "failed")
+        error, event = compensated_error(error, *rolled)
+        transition = Transition(self.run.id, self.token, events=(event,), outcome=Fail(error))
+        return await self._finish(transition, "failed")
+
+    async def _rollbacks(self) -> tuple[list[str], list[str]] | PassResult | BaseException:
+        """Run the registered rollbacks newest first: the steps compensated and those
+        whose rollback failed; or how the pass ended meanwhile (abandoned, parked for a
+        rollback's retry, released); or the error that stopped them."""
         self._barrier.reset()
         task = asyncio.create_task(self._run_rollbacks())
         self._control.body = task
@@ -228,15 +242,10 @@ class Runner:
         if self._control.abandoned is not None or task.cancelled():
             return PassResult("abandoned")
         exc = task.exception()
-        if exc is not None:
-            suspended = await self._suspended(exc)
-            if suspended is not None:
-                return suspended
-            error = {**error, "compensation_error": error_from_exception(_first_real(exc))}
-            return await self._finish(Fail(error), "failed")
-        error, event = compensated_error(error, *task.result())
-        transition = Transition(self.run.id, self.token, events=(event,), outcome=Fail(error))
-        return await self._finish(transition, "failed")
+        if exc is None:
+            return task.result()
+        suspended = await self._suspended(exc)
+        return suspended if suspended is not None else _first_real(exc)
 
     async def _roll_back(self) -> PassResult:
         """A run cancelled with rollback: replay the body up to the first step the
@@ -251,22 +260,15 @@ class Runner:
         if not body.cancelled():
             body.exception()  # how the replay ended does not matter: it stops here
         self.steps.replay_only = False
-        self._barrier.reset()
-        task = asyncio.create_task(self._run_rollbacks())
-        self._control.body = task
-        await self._barrier.drive(task)
-        if self._control.abandoned is not None or task.cancelled():
-            return PassResult("abandoned")
-        exc = task.exception()
-        if exc is not None:
-            suspended = await self._suspended(exc)
-            if suspended is not None:
-                return suspended  # a rollback waits for its retry: the next pass goes on
-            log.exception("run %s: rollbacks stopped", self.run.id, exc_info=exc)
+        rolled = await self._rollbacks()
+        if isinstance(rolled, PassResult):
+            return rolled  # e.g. a rollback waits for its retry: the next pass goes on
+        if isinstance(rolled, BaseException):
+            log.error("run %s: rollbacks stopped: %r", self.run.id, rolled)
             compensated: list[str] = []
             failed = [c.key for c in self.steps.compensations]
         else:
-            compensated, failed = task.result()
+            compensated, failed = rolled
         error, event = compensated_error(
             {k: v for k, v in (self.run.error or {}).items() if k != "rollback"},
             compensated,

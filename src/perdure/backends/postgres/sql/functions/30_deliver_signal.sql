@@ -16,11 +16,7 @@ BEGIN
     PERFORM check_event(p_event, p_payload);
     -- The run's row lock serializes this with parking (which registers waits and
     -- consumes buffered signals under the same lock): no lost wake-up.
-    SELECT * INTO v_run FROM runs WHERE id = p_run_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run with id %', quote_nullable(p_run_id)
-            USING ERRCODE = 'PD002', DETAIL = coalesce(p_run_id, '');
-    END IF;
+    v_run := lock_run(p_run_id);
     IF p_idempotency_key IS NOT NULL THEN
         SELECT outcome INTO v_outcome FROM signal_keys
         WHERE run_id = p_run_id AND key = p_idempotency_key;

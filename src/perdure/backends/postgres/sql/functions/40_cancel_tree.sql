@@ -9,11 +9,7 @@ LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
     v_run runs;
 BEGIN
-    SELECT * INTO v_run FROM runs WHERE id = p_run_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run with id %', quote_nullable(p_run_id)
-            USING ERRCODE = 'PD002', DETAIL = coalesce(p_run_id, '');
-    END IF;
+    v_run := lock_run(p_run_id);
     IF v_run.status NOT IN ('pending', 'waiting', 'running') THEN
         RETURN false;
     END IF;

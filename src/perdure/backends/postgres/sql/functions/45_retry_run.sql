@@ -12,11 +12,7 @@ DECLARE
     v_from bigint;
     v_keys text[];
 BEGIN
-    SELECT * INTO v_run FROM runs WHERE id = p_run_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no run with id %', quote_literal(p_run_id)
-            USING ERRCODE = 'PD002', DETAIL = p_run_id;
-    END IF;
+    v_run := lock_run(p_run_id);
     IF v_run.status NOT IN ('failed', 'cancelled') THEN
         RAISE EXCEPTION 'run % is %: only a failed or cancelled run can be retried',
             p_run_id, v_run.status USING ERRCODE = 'PD003';
