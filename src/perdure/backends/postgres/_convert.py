@@ -28,6 +28,7 @@ from ...records import (
     Complete,
     CreateResult,
     Fail,
+    ListRunsParams,
     NewRun,
     Park,
     Release,
@@ -40,6 +41,7 @@ from ...records import (
     waiting_data,
 )
 from ...serialization import Undecodable, brief_error
+from .._cursor import decode_cursor
 
 __all__ = [
     "RUN_WIDTH",
@@ -253,3 +255,26 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
 def created_from_row(row: tuple[Any, ...]) -> CreateResult:
     """A ``create_run`` query row: created, the run's columns, input_differs."""
     return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])
+
+
+def list_runs_params(params: ListRunsParams, limit: int) -> dict[str, Any]:
+    """The parameters of the ``list_runs`` query, the cursor decoded."""
+    after_at: datetime | None = None
+    after_id: str | None = None
+    if params.cursor is not None:
+        created, after_id = decode_cursor(params.cursor)
+        try:
+            after_at = datetime.fromisoformat(created)
+        except ValueError:
+            raise ValidationError(f"invalid cursor {params.cursor[:80]!r}") from None
+    return {
+        "workflow": params.workflow,
+        "status": params.status,
+        "since": params.since,
+        "until": params.until,
+        "input_match": params.input_match_json,
+        "parent_id": params.parent_id,
+        "after_at": after_at,
+        "after_id": after_id,
+        "limit": limit,
+    }

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from psycopg import sql
 
 from ..._batching import Batcher
-from ...errors import BackendError, ConfigurationError, ValidationError
+from ...errors import BackendError, ConfigurationError
 from ...records import (
     RUN_STATUSES,
     Claim,
@@ -50,18 +50,20 @@ from ...records import (
     WorkflowRecord,
     WorkflowSummary,
 )
-from .._cursor import decode_cursor, encode_cursor
+from .._cursor import encode_cursor
 from ..base import Backend, NoticeCallback, Unsubscribe
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
     created_from_row,
     dumps,
+    list_runs_params,
     new_run_params,
     run_from_row,
     step_from_row,
     transition_params,
 )
+from ._operations import Operations
 from ._schema import ident, migrate
 from .notify import Listener
 
@@ -79,7 +81,7 @@ def _pairs(workflows: Sequence[tuple[str, int]]) -> dict[str, Any]:
     return {"workflows": [w for w, _ in workflows], "versions": [v for _, v in workflows]}
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(Operations, Backend):
     """Storage on PostgreSQL: one schema, a connection pool, LISTEN/NOTIFY notices.
 
     Args:
@@ -259,27 +261,9 @@ class PostgresBackend(Backend):
         if params.status is not None and params.status not in RUN_STATUSES:
             return Page(items=[], next_cursor=None)
         limit = max(1, params.limit)
-        after_at: datetime | None = None
-        after_id: str | None = None
-        if params.cursor is not None:
-            created, after_id = decode_cursor(params.cursor)
-            try:
-                after_at = datetime.fromisoformat(created)
-            except ValueError:
-                raise ValidationError(f"invalid cursor {params.cursor[:80]!r}") from None
         rows = await self._db.all(
             QUERIES["list_runs"],
-            {
-                "workflow": params.workflow,
-                "status": params.status,
-                "since": params.since,
-                "until": params.until,
-                "input_match": params.input_match_json,
-                "parent_id": params.parent_id,
-                "after_at": after_at,
-                "after_id": after_id,
-                "limit": limit,
-            },
+            list_runs_params(params, limit),
             prepare=False,  # custom plans: the NULL filters fold away, indexes apply
         )
         items = [run_from_row(row) for row in rows[:limit]]
@@ -293,35 +277,6 @@ class PostgresBackend(Backend):
             return [step_from_row(row) for row in rows]
         rows = await self._db.all(QUERIES["get_steps_with_superseded"], {"run_id": run_id})
         return [replace(step_from_row(row[1:9]), superseded=row[9]) for row in rows]
-
-    # ------------------------------------------------------------------ operations
-
-    async def retry_run(self, run_id: str, from_step: str | None, by: str) -> Run:
-        params = {"run_id": run_id, "from_step": from_step, "by": by}
-        row = await self._db.one(QUERIES["retry_run"], params)
-        assert row is not None
-        return run_from_row(row)
-
-    async def fork_run(
-        self,
-        source_id: str,
-        new_id: str,
-        before_step: str | None,
-        input_json: str | None,
-        version: int | None,
-        by: str,
-    ) -> Run:
-        params = {
-            "source_id": source_id,
-            "id": new_id,
-            "before_step": before_step,
-            "input": input_json,
-            "version": version,
-            "by": by,
-        }
-        row = await self._db.one(QUERIES["fork_run"], params)
-        assert row is not None
-        return run_from_row(row)
 
     async def get_events(self, run_id: str) -> list[Event]:
         rows = await self._db.all(QUERIES["get_events"], {"run_id": run_id})
