@@ -14,7 +14,8 @@ from ._client import ClientBase, fetch_run
 from .backends.base import Backend
 from .context import VALUE_PREFIX
 from .durations import Duration, to_seconds
-from .errors import ValidationError
+from .errors import PerdureError, ValidationError
+from .ids import new_worker_id
 from .names import WorkflowRef, workflow_name
 from .records import (
     RUN_STATUSES,
@@ -31,6 +32,9 @@ from .serialization import encode
 from .validation import check_aware, check_int, check_key, lookup_id
 
 __all__ = ["Reads"]
+
+#: How long a watcher's mark lasts in the database unless it renews it.
+_WATCH_FOR = 60.0
 
 #: The events that end a run.
 _ENDINGS = ("completed", "failed", "cancelled")
@@ -188,9 +192,15 @@ class Reads(ClientBase):
 
         stop = await backend.listen(on_notice, progress=True)
         poll = 0.1 if backend.dialect == "sqlite" else 5.0
+        watcher = new_worker_id()
+        loop = asyncio.get_running_loop()
+        marked = 0.0  # when this watcher last told the database it watches
         seen: Counter[tuple[str, str, str]] = Counter()
         try:
             while True:
+                if loop.time() - marked > _WATCH_FOR / 3:
+                    await backend.watch_run(lookup_id(run_id), watcher, _WATCH_FOR)
+                    marked = loop.time()
                 changed.clear()
                 events = await backend.get_events(lookup_id(run_id))
                 if not events:
@@ -208,6 +218,8 @@ class Reads(ClientBase):
                     await asyncio.wait_for(changed.wait(), poll)
         finally:
             await stop()
+            with contextlib.suppress(PerdureError):
+                await backend.watch_run(lookup_id(run_id), watcher, None)
 
     def watch(self, run_id: str) -> Iterator[Event]:
         """The run's events as they happen, ending with the run; see `watch_async`."""

@@ -112,6 +112,34 @@ async def _next_notice(queue: asyncio.Queue[Notice], predicate: Callable[[Notice
 # --------------------------------------------------------------------------- notices
 
 
+async def test_only_watched_runs_send_progress_notices(make_backend: BackendFactory) -> None:
+    watcher = await make_backend()
+    worker = await make_backend()
+    progress: asyncio.Queue[Notice] = asyncio.Queue()
+    await watcher.listen(progress.put_nowait, progress=True)
+    quiet = (await worker.create_run(_new())).run.id
+    loud = (await worker.create_run(_new())).run.id
+    await watcher.watch_run(loud, "watcher-1", 60)
+    claims = {c.run.id: c for c in await worker.claim_runs(ClaimParams("w1", (("wf", 1),), 2, 30))}
+    step = StepWrite("a", "run", "completed", "1")
+    for run_id in (quiet, loud):  # the fast path: a step row, no outcome
+        [done] = await worker.apply([Transition(run_id, claims[run_id].lease_token, steps=(step,))])
+        assert done.ok
+    first = await _next_notice(progress, lambda n: n.kind == "progress")
+    assert first == Notice("progress", loud)  # the unwatched run sent none before it
+    await watcher.watch_run(loud, "watcher-1", None)  # stops watching
+    later = StepWrite("b", "run", "completed", "2")
+    await worker.apply([Transition(loud, claims[loud].lease_token, steps=(later,))])
+    await worker.apply([Transition(quiet, claims[quiet].lease_token, steps=(later,))])
+    await watcher.watch_run(quiet, "watcher-2", 60)
+    wait = WaitWrite("w", "go", None, None)  # the general path (a wait) notifies too
+    await worker.apply(
+        [Transition(quiet, claims[quiet].lease_token, waits=(wait,), outcome=Park("event"))]
+    )
+    nxt = await _next_notice(progress, lambda n: n.kind == "progress")
+    assert nxt == Notice("progress", quiet)
+
+
 async def test_notices_reach_subscribers_of_another_instance(make_backend: BackendFactory) -> None:
     listener = await make_backend()
     producer = await make_backend()

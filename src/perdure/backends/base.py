@@ -363,6 +363,12 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ notices
 
     @abc.abstractmethod
+    async def watch_run(self, run_id: str, watcher: str, seconds: float | None) -> None:
+        """Mark ``run_id`` as watched by ``watcher`` for the next ``seconds`` (None:
+        not any more): transitions of a watched run send ``progress`` notices, which
+        other runs do not pay for. A backend whose notices cost nothing may ignore it."""
+
+    @abc.abstractmethod
     async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
         """Call ``callback`` (on the subscriber's event loop) for every notice from
         any process using this database (SQLite: this process only); with

@@ -470,6 +470,12 @@ class PostgresBackend(Operations, Backend):
 
     # ------------------------------------------------------------------ notices
 
+    async def watch_run(self, run_id: str, watcher: str, seconds: float | None) -> None:
+        params: dict[str, Any] = {"run_id": run_id, "watcher": watcher, "seconds": seconds}
+        query = QUERIES["unwatch_run"] if seconds is None else QUERIES["watch_run"]
+        async with self._db.connection() as conn:
+            await conn.execute(query, params)
+
     async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
         if not self._db.is_open:
             raise BackendError("the PostgreSQL backend is not open (call open() first)")

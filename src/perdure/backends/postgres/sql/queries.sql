@@ -203,6 +203,16 @@ SELECT {{_run_columns}}
 FROM fork_run(%(source_id)s, %(id)s, %(before_step)s, %(input)s::jsonb,
               %(version)s::integer, %(by)s) r
 
+-- name: watch_run
+-- Register (or refresh) a watcher of a run for the next %(seconds)s seconds.
+INSERT INTO watchers (run_id, watcher, until)
+VALUES (%(run_id)s, %(watcher)s, perdure_now() + make_interval(secs => %(seconds)s::double precision))
+ON CONFLICT (run_id, watcher) DO UPDATE SET until = excluded.until
+
+-- name: unwatch_run
+-- A watcher of a run stops watching.
+DELETE FROM watchers WHERE run_id = %(run_id)s AND watcher = %(watcher)s
+
 -- name: get_events
 -- A run's audit trail with completed journal rows as step_completed (or value) events.
 SELECT e.type, e.data, e.created_at
@@ -416,7 +426,7 @@ logged AS (
 )
 SELECT (SELECT w.keys FROM written w),
        CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id)
-            ELSE send_notice('p', f.id) END,
+            WHEN watched(f.id) THEN send_notice('p', f.id) END,
        CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= perdure_now()
             THEN send_notice('w', f.id) END,
        -- A child's end: the parent's journal row and wake-up, under the parent's lock.

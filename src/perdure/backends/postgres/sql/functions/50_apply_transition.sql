@@ -169,8 +169,8 @@ BEGIN
         RAISE EXCEPTION 'unknown outcome %', quote_nullable(p_outcome) USING ERRCODE = 'PD001';
     END IF;
 
-    IF p_outcome NOT IN ('complete', 'fail') THEN
-        PERFORM send_notice('p', p_run_id);  -- watchers see the history grow
+    IF p_outcome NOT IN ('complete', 'fail') AND watched(p_run_id) THEN
+        PERFORM send_notice('p', p_run_id);  -- its watchers see the history grow
     END IF;
     UPDATE runs SET
         step_attempts = step_attempts + coalesce(p_step_attempts, 0),
