@@ -68,17 +68,13 @@ class ParkBarrier:
         self._changed = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._at_work = _Working(self)
 
-    @contextmanager
-    def working(self) -> Iterator[None]:
-        """A branch executes a step or commits: the pass must not park meanwhile."""
-        self._working += 1
-        self._bump()
-        try:
-            yield
-        finally:
-            self._working -= 1
-            self._bump()
+    def working(self) -> _Working:
+        """``with barrier.working():`` a branch executes a step or commits: the pass
+        must not park meanwhile. (A plain object, not a generator: it is on every
+        step's path.)"""
+        return self._at_work
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -157,3 +153,22 @@ class ParkBarrier:
             self._idle.set()
         if self.requests:
             self._changed.set()
+
+
+class _Working:
+    """The context manager of `ParkBarrier.working`."""
+
+    __slots__ = ("_barrier",)
+
+    def __init__(self, barrier: ParkBarrier) -> None:
+        self._barrier = barrier
+
+    def __enter__(self) -> None:
+        barrier = self._barrier
+        barrier._working += 1
+        barrier._bump()
+
+    def __exit__(self, *exc_info: object) -> None:
+        barrier = self._barrier
+        barrier._working -= 1
+        barrier._bump()
