@@ -394,10 +394,26 @@ WITH fence AS (
     RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at
 ),
 written AS (
-    SELECT write_steps(f.id, %(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[],
-                       %(outputs)s::text[], %(errors)s::text[], %(attempts)s::integer[],
-                       %(started)s::timestamptz[], %(completed)s::timestamptz[]) AS keys
+    -- The statement of write_steps(), inline on purpose: calling the function from
+    -- here cost W1 about 8% at the README setup (bench/RESULTS.md, 2026-11-25).
+    INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
+                            started_at, completed_at, recorded_at)
+    SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
+           u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
     FROM fence f
+    CROSS JOIN unnest(%(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[],
+                      %(outputs)s::text[], %(errors)s::text[], %(attempts)s::integer[],
+                      %(started)s::timestamptz[], %(completed)s::timestamptz[])
+               WITH ORDINALITY
+               AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
+    ORDER BY u.ord
+    ON CONFLICT (run_id, key) DO UPDATE SET
+        seq = excluded.seq, kind = excluded.kind, status = excluded.status,
+        output = excluded.output, error = excluded.error, attempts = excluded.attempts,
+        started_at = excluded.started_at, completed_at = excluded.completed_at,
+        recorded_at = excluded.recorded_at
+    WHERE s.status = 'retrying'
+    RETURNING s.key
 ),
 unwaited AS (
     DELETE FROM waits w
@@ -424,9 +440,11 @@ logged AS (
                AS e(type, data, ord)
     ORDER BY e.ord
 )
-SELECT (SELECT w.keys FROM written w),
+SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
        CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id)
-            WHEN watched(f.id) THEN send_notice('p', f.id) END,
+            WHEN EXISTS (SELECT 1 FROM watchers w  -- watched(), inline: the hot path
+                         WHERE w.run_id = f.id AND w.until > perdure_now())
+            THEN send_notice('p', f.id) END,
        CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= perdure_now()
             THEN send_notice('w', f.id) END,
        -- A child's end: the parent's journal row and wake-up, under the parent's lock.
