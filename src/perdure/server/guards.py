@@ -68,6 +68,22 @@ class _TooLarge(Exception):
     pass
 
 
+#: A refused body is read (and dropped) up to this size before the 413, so the client
+#: is still sending when it reads the answer instead of hitting a closed connection.
+_DRAIN = 16 * 1024 * 1024
+
+
+async def _drain(receive: Receive) -> None:
+    read = 0
+    while read <= _DRAIN:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
 class BodyLimit:
     """Answer 413 to a request whose body is over ``limit`` bytes, declared or streamed."""
 
@@ -81,6 +97,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _drain(receive)
             await _send_error(send, 413, "PayloadTooLarge", self._message())
             return
         seen = 0
@@ -104,6 +121,7 @@ class BodyLimit:
             await self.app(scope, counted, watched)
         except _TooLarge:
             if not started:
+                await _drain(receive)
                 await _send_error(send, 413, "PayloadTooLarge", self._message())
 
     def _message(self) -> str:
