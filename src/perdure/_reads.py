@@ -132,11 +132,11 @@ class Reads(ClientBase):
         )
 
     async def _rows_of_run(
-        self, read: Callable[[Backend], Callable[[str], Awaitable[list[T]]]], run_id: str
+        self, read: Callable[[Backend, str], Awaitable[list[T]]], run_id: str
     ) -> list[T]:
         """Rows read for one run; none for a run that does not exist is `RunNotFound`."""
         backend = await self._backend()
-        rows = await read(backend)(lookup_id(run_id))
+        rows = await read(backend, lookup_id(run_id))
         if not rows:
             await fetch_run(backend, run_id)
         return rows
@@ -145,9 +145,7 @@ class Reads(ClientBase):
         """The run's journal: one `Step` per step key, in the order they were recorded;
         with ``include_superseded``, also the rows retries superseded (history, marked
         ``superseded=True``)."""
-        return await self._rows_of_run(
-            lambda b: lambda i: b.get_steps(i, include_superseded), run_id
-        )
+        return await self._rows_of_run(lambda b, i: b.get_steps(i, include_superseded), run_id)
 
     def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         """The run's journal; see `get_steps_async`."""
@@ -155,7 +153,7 @@ class Reads(ClientBase):
 
     async def get_events_async(self, run_id: str) -> list[Event]:
         """The run's audit trail (created, claimed, step_completed, ...), oldest first."""
-        return await self._rows_of_run(lambda b: b.get_events, run_id)
+        return await self._rows_of_run(lambda b, i: b.get_events(i), run_id)
 
     def get_events(self, run_id: str) -> list[Event]:
         """The run's audit trail; see `get_events_async`."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, cast
 
 from ._reads import Reads
-from .errors import RunStateError
+from .backends.base import Backend
+from .errors import RunStateError, ValidationError
 from .handle import RunClient, RunHandle
 from .ids import new_run_id
 from .names import WorkflowRef, workflow_name
@@ -112,7 +114,16 @@ class Recovery(Reads):
         """Retry every run the filters of `list_runs` select (default: the failed
         ones), a page at a time, each in its own transaction; returns their ids. A run
         that became live meanwhile is left alone."""
-        return await self._each("retry", workflow, status, since, until, input_match, by=by)
+        who = _caller() if by is None else check_key(by, "by")
+
+        async def retry(backend: Backend, run_id: str) -> bool:
+            try:
+                await backend.retry_run(run_id, None, who)
+            except RunStateError:
+                return False  # live again meanwhile
+            return True
+
+        return await self._each(retry, workflow, status, since, until, input_match)
 
     def retry_runs(
         self,
@@ -146,7 +157,17 @@ class Recovery(Reads):
     ) -> list[str]:
         """Cancel every live run the filters of `list_runs` select, a page at a time,
         each in its own transaction; returns the ids of the runs it cancelled."""
-        return await self._each("cancel", workflow, status, since, until, input_match)
+        selected = (workflow, status, since, until, input_match)
+        if all(value is None for value in selected):
+            raise ValidationError(
+                "cancel_runs needs a filter (workflow, status, since, until or input_match); "
+                "without one it would cancel every live run"
+            )
+
+        async def cancel(backend: Backend, run_id: str) -> bool:
+            return await backend.cancel_run(run_id)
+
+        return await self._each(cancel, workflow, status, since, until, input_match)
 
     def cancel_runs(
         self,
@@ -169,17 +190,16 @@ class Recovery(Reads):
 
     async def _each(
         self,
-        action: str,
+        act: Callable[[Backend, str], Awaitable[bool]],
         workflow: WorkflowRef | None,
         status: str | None,
         since: datetime | None,
         until: datetime | None,
         input_match: Any,
-        *,
-        by: str | None = None,
     ) -> list[str]:
+        """``act`` on every run the filters select, a page at a time, each in its own
+        transaction; the ids of the runs it changed."""
         name = None if workflow is None else workflow_name(workflow)
-        who = _caller() if by is None else check_key(by, "by")
         backend = await self._backend()
         done: list[str] = []
         cursor: str | None = None
@@ -193,16 +213,7 @@ class Recovery(Reads):
                 limit=100,
                 cursor=cursor,
             )
-            for run in page.items:
-                if action == "cancel":
-                    if await backend.cancel_run(run.id):
-                        done.append(run.id)
-                    continue
-                try:
-                    await backend.retry_run(run.id, None, who)
-                except RunStateError:
-                    continue  # live again meanwhile
-                done.append(run.id)
+            done.extend([run.id for run in page.items if await act(backend, run.id)])
             cursor = page.next_cursor
             if cursor is None:
                 return done

@@ -191,3 +191,13 @@ def test_bulk_retry_resumes_every_failed_run_the_filters_select(app: App) -> Non
             assert a.startswith("a-") and b.startswith("b-") and c.startswith("c-")
     assert calls.count["a"] == 50 and calls.count["b"] == 100 and calls.count["c"] == 50
     assert app.retry_runs(pipeline) == []  # none failed any more
+
+
+def test_bulk_cancel_without_any_filter_is_refused(app: App) -> None:
+    calls = Calls()
+    pipeline = _pipeline(app, calls)
+    handle = app.start(pipeline)
+    with pytest.raises(ValidationError, match="cancel_runs needs a filter"):
+        app.cancel_runs()
+    assert app.get_run(handle.id).status == "pending"  # nothing was cancelled
+    assert app.cancel_runs(pipeline) == [handle.id]

@@ -55,12 +55,13 @@ def _claim(journal: tuple[Step, ...] = (), attempt: int = 1) -> Claim:
 
 
 async def _pass(
-    body: Body, claim: Claim | None = None, **options: Any
+    body: Body, claim: Claim | None = None, *, fenced: bool = False, **options: Any
 ) -> tuple[PassResult, FakeCommit]:
     registry = Registry()
     definition = define_workflow(body, name="wf", **options)
     registry.add(definition)
     commit = FakeCommit()
+    commit.fenced = fenced
     with ThreadPoolExecutor(2) as pool:
         services = RunServices(commit, pool, registry, stopping=lambda: False)
         result = await Runner(claim or _claim(), definition, services).execute()
@@ -159,18 +160,7 @@ def test_a_fenced_out_commit_abandons_the_pass_and_writes_nothing_more() -> None
         await ctx.step.sleep("nap", "1m")  # the deferred row of a is committed here
         await ctx.step.run("never", lambda: 2)
 
-    async def fenced() -> tuple[PassResult, FakeCommit]:
-        registry = Registry()
-        definition = define_workflow(body, name="wf")
-        registry.add(definition)
-        commit = FakeCommit()
-        commit.fenced = True
-        with ThreadPoolExecutor(2) as pool:
-            services = RunServices(commit, pool, registry, stopping=lambda: False)
-            result = await Runner(_claim(), definition, services).execute()
-        return result, commit
-
-    result, commit = asyncio.run(fenced())
+    result, commit = asyncio.run(_pass(body, fenced=True))
     assert result.outcome == "abandoned" and commit.transitions == []
 
 

@@ -47,7 +47,7 @@ from .suspend import AbandonSignal, FailRunSignal, ParkSignal, Suspend, contains
 if TYPE_CHECKING:
     from ..workflow import WorkflowDefinition
 
-__all__ = ["PassResult", "RunServices", "Runner"]
+__all__ = ["Runner"]
 
 log = logging.getLogger("perdure.engine")
 

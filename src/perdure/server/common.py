@@ -8,17 +8,21 @@ from typing import Annotated, Any
 from fastapi import Query, Request
 
 from ..app import App
+from .models import ErrorBody
 
 __all__ = ["ERRORS", "Cursor", "Limit", "app_of"]
 
 #: The error answers every route may give (each also in the OpenAPI document).
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "A bearer token is required or wrong."},
-    404: {"description": "No such run (of this workflow)."},
-    409: {"description": "The run's status does not allow this (retrying a live run)."},
-    413: {"description": "The request body is over 1 MiB."},
-    422: {"description": "The request is invalid; nothing was stored."},
-    503: {"description": "The database is unavailable."},
+    status: {"model": ErrorBody, "description": text}
+    for status, text in (
+        (401, "A bearer token is required or wrong."),
+        (404, "No such run (of this workflow)."),
+        (409, "The run's status does not allow this (retrying a live run)."),
+        (413, "The request body is over 1 MiB."),
+        (422, "The request is invalid; nothing was stored."),
+        (503, "The database is unavailable."),
+    )
 }
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]

@@ -161,10 +161,10 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
 @router.post("/runs/{run_id}/cancel")
 async def cancel(request: Request, run_id: str) -> Response:
     """Cancel the run (a POST from this origin only)."""
-    refused = _foreign(request)
-    if refused is not None:
-        return refused
-    rollback = (await _form(request)).get("rollback") == "1"
+    form = await _posted(request)
+    if isinstance(form, Response):
+        return form
+    rollback = form.get("rollback") == "1"
     cancelled = await app_of(request).cancel_async(run_id, rollback=rollback)
     if not cancelled:
         return _back(run_id, "already ended")
@@ -174,10 +174,9 @@ async def cancel(request: Request, run_id: str) -> Response:
 @router.post("/runs/{run_id}/signal")
 async def signal(request: Request, run_id: str) -> Response:
     """Send an event to the run (a POST from this origin only)."""
-    refused = _foreign(request)
-    if refused is not None:
-        return refused
-    form = await _form(request)
+    form = await _posted(request)
+    if isinstance(form, Response):
+        return form
     event, payload = form.get("event", ""), form.get("payload", "")
     try:
         value = _json(payload, "payload") if payload.strip() else None
@@ -190,10 +189,10 @@ async def signal(request: Request, run_id: str) -> Response:
 @router.post("/runs/{run_id}/retry")
 async def retry(request: Request, run_id: str) -> Response:
     """Resume a failed or cancelled run from a chosen step (a POST from this origin)."""
-    refused = _foreign(request)
-    if refused is not None:
-        return refused
-    step = (await _form(request)).get("from_step") or None
+    form = await _posted(request)
+    if isinstance(form, Response):
+        return form
+    step = form.get("from_step") or None
     try:
         await app_of(request).retry_async(run_id, from_step=step, by="the dashboard")
     except (ValidationError, RunStateError) as exc:
@@ -204,10 +203,10 @@ async def retry(request: Request, run_id: str) -> Response:
 @router.post("/runs/{run_id}/fork")
 async def fork(request: Request, run_id: str) -> Response:
     """Start a new run from a copy of this run's journal (a POST from this origin)."""
-    refused = _foreign(request)
-    if refused is not None:
-        return refused
-    step = (await _form(request)).get("from_step") or None
+    form = await _posted(request)
+    if isinstance(form, Response):
+        return form
+    step = form.get("from_step") or None
     try:
         handle = await app_of(request).fork_async(run_id, from_step=step, by="the dashboard")
     except ValidationError as exc:
@@ -234,10 +233,9 @@ async def login_page(request: Request, next: str = "/", failed: str = "") -> HTM
 @router.post(LOGIN)
 async def login(request: Request) -> Response:
     """Keep the token in a cookie if the server knows it."""
-    refused = _foreign(request)
-    if refused is not None:
-        return refused
-    form = await _form(request)
+    form = await _posted(request)
+    if isinstance(form, Response):
+        return form
     token, next = form.get("token", ""), form.get("next", "/")
     known: Any = getattr(request.app.state, "token_check", None)
     if known is None or not known(token.encode()):
@@ -254,8 +252,12 @@ async def login(request: Request) -> Response:
     return answer
 
 
-async def _form(request: Request) -> dict[str, str]:
-    """The fields of a posted form (``application/x-www-form-urlencoded``)."""
+async def _posted(request: Request) -> dict[str, str] | Response:
+    """The fields of a form posted from a page of this server
+    (``application/x-www-form-urlencoded``), or the refusal of a post from elsewhere."""
+    refused = _foreign(request)
+    if refused is not None:
+        return refused
     fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=20)
     return {key: values[-1] for key, values in fields.items()}
 
