@@ -19,6 +19,10 @@ SELECT to_regnamespace(%(schema)s) IS NOT NULL
 -- Create the perdure schema if it does not exist.
 CREATE SCHEMA IF NOT EXISTS {ident}
 
+-- name: drop_schema
+-- Delete the perdure schema and everything in it (a test environment's, at its end).
+DROP SCHEMA IF EXISTS {ident} CASCADE
+
 -- name: set_local_search_path
 -- Point unqualified names at the perdure schema for the rest of this transaction.
 SET LOCAL search_path TO {ident}, pg_temp
