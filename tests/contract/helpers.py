@@ -159,6 +159,12 @@ async def clock_passes(backend: Backend, moment: datetime, timeout: float = 5.0)
     return await wait_until(later, timeout=timeout, interval=0.01)
 
 
+async def skip_clock(backend: Backend, seconds: float) -> None:
+    """Move the database clock ``seconds`` forward (`Backend.set_clock_offset`): leases
+    expire and due times pass without waiting for them."""
+    await backend.set_clock_offset(await backend.clock_offset() + seconds)
+
+
 async def apply_one(backend: Backend, transition: Transition) -> TransitionResult:
     results = await backend.apply([transition])
     assert len(results) == 1

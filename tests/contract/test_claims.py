@@ -13,15 +13,14 @@ from perdure.records import Claim, Complete, DeferParams, Park, Release, StepWri
 from .helpers import (
     BackendFactory,
     claim,
-    claim_eventually,
     claim_one,
-    clock_passes,
     close_to,
     completed,
     create,
     event_types,
     js,
     new_run,
+    skip_clock,
     transition,
 )
 
@@ -63,10 +62,13 @@ async def test_claim_takes_a_due_run_and_leases_it(backend: Backend) -> None:
 
 
 async def test_claim_respects_delay(backend: Backend) -> None:
-    run = await create(backend, delay=0.3)
+    run = await create(backend, delay=3600)
     assert run.wake_at is not None
     assert await claim(backend) == []
-    held = await claim_eventually(backend)
+    await skip_clock(backend, 3599)
+    assert await claim(backend) == []
+    await skip_clock(backend, 1)
+    held = await claim_one(backend)
     assert held.run.id == run.id
     # Never early: judged by the database clock.
     assert held.now >= run.wake_at
@@ -74,16 +76,17 @@ async def test_claim_respects_delay(backend: Backend) -> None:
 
 async def test_claim_respects_run_at(backend: Backend) -> None:
     now = await backend.now()
-    future = await create(backend, run_at=now + timedelta(seconds=0.3))
+    future = await create(backend, run_at=now + timedelta(seconds=20))
     past = await create(backend, run_at=now - timedelta(minutes=5))
     far = await create(backend, run_at=now + timedelta(hours=1))
 
     first = await claim_one(backend)
     assert first.run.id == past.id
     assert await claim(backend) == []
-    second = await claim_eventually(backend)
+    await skip_clock(backend, 20)  # less than the first claim's 30 s lease
+    second = await claim_one(backend)
     assert second.run.id == future.id
-    assert second.now >= now + timedelta(seconds=0.3)
+    assert second.now >= now + timedelta(seconds=20)
     assert await claim(backend) == []
     stored = await backend.get_run(far.id)
     assert stored is not None
@@ -158,17 +161,18 @@ async def test_two_instances_racing_claim_each_run_exactly_once(
 
 async def test_expired_lease_is_reclaimed_with_the_next_token(backend: Backend) -> None:
     run = await create(backend)
-    first = await claim_one(backend, worker="w-dead", lease=0.3)
+    first = await claim_one(backend, worker="w-dead", lease=30)
     assert await claim(backend, worker="w-new") == []
+    await skip_clock(backend, 30)
 
-    second = await claim_eventually(backend, worker="w-new", lease=30)
+    second = await claim_one(backend, worker="w-new", lease=30)
     assert second.run.id == run.id
     assert second.lease_token > first.lease_token
     assert second.recovered is True
     assert second.claims_since_progress == 2
     assert second.run.status == "running"
     # Not before the lease expired (database clock).
-    assert second.now >= first.now + timedelta(seconds=0.3)
+    assert second.now >= first.now + timedelta(seconds=30)
     # started_at is set once, on the first claim.
     assert close_to(second.run.started_at, first.run.started_at)
     assert await event_types(backend, run.id) == [
@@ -218,11 +222,13 @@ async def test_claim_returns_journal_and_open_waits(backend: Backend) -> None:
 
 async def test_claims_since_progress_counts_claims_until_a_commit(backend: Backend) -> None:
     await create(backend)
-    c1 = await claim_one(backend, lease=0.2)
+    c1 = await claim_one(backend, lease=30)
     assert c1.claims_since_progress == 1
-    c2 = await claim_eventually(backend, lease=0.2)
+    await skip_clock(backend, 30)
+    c2 = await claim_one(backend, lease=30)
     assert c2.claims_since_progress == 2
-    c3 = await claim_eventually(backend, lease=30)
+    await skip_clock(backend, 30)
+    c3 = await claim_one(backend, lease=30)
     assert c3.claims_since_progress == 3
     assert c1.lease_token < c2.lease_token < c3.lease_token
     # Any committed transition resets the counter to 0; the next claim makes it 1.
@@ -290,12 +296,13 @@ async def test_next_wake_at_ignores_runs_waiting_only_for_an_event(backend: Back
 
 async def test_running_run_becomes_due_when_its_lease_expires(backend: Backend) -> None:
     await create(backend)
-    held = await claim_one(backend, lease=0.3)
-    expected = held.now + timedelta(seconds=0.3)
+    held = await claim_one(backend, lease=30)
+    expected = held.now + timedelta(seconds=30)
     found = await backend.next_wake_at([("wf", 1)])
     assert close_to(found, expected, tol=_TOL)
-    await clock_passes(backend, expected)
-    again = await claim_eventually(backend, worker="w2")
+    assert await claim(backend, worker="w2") == []
+    await skip_clock(backend, 30)
+    again = await claim_one(backend, worker="w2")
     assert again.run.id == held.run.id
     assert again.now >= expected
 
@@ -305,9 +312,9 @@ async def test_two_instances_racing_for_expired_leases_reclaim_each_once(
 ) -> None:
     other = await backend_factory()
     ids = {(await create(backend, input=i)).id for i in range(30)}
-    first = await claim(backend, worker="dead", lease=0.2, limit=30)
+    first = await claim(backend, worker="dead", lease=30, limit=30)
     assert {c.run.id for c in first} == ids
-    await clock_passes(backend, max(c.now for c in first) + timedelta(seconds=0.2))
+    await skip_clock(backend, 30)
 
     async def claimer(instance: Backend, worker: str) -> list[Claim]:
         mine: list[Claim] = []
@@ -431,9 +438,9 @@ async def test_defer_unavailable_takes_expired_leases_not_live_ones(backend: Bac
     live_claim = await claim_one(backend, worker="w2", lease=60, workflows=(("wf", 2),))
     assert live_claim.run.id == live.id
     dead = (await backend.create_run(new_run("wf", 2))).run
-    dead_claim = await claim_one(backend, worker="w3", lease=0.2, workflows=(("wf", 2),))
+    dead_claim = await claim_one(backend, worker="w3", lease=30, workflows=(("wf", 2),))
     assert dead_claim.run.id == dead.id
-    await clock_passes(backend, dead_claim.now + timedelta(seconds=0.2))
+    await skip_clock(backend, 30)  # the live holder's 60 s lease has 30 s left
 
     assert await _defer(backend, grace=0) == [dead.id]
     stored = await backend.get_run(dead.id)

@@ -36,6 +36,7 @@ from .helpers import (
     event_types,
     js,
     new_run,
+    skip_clock,
     transition,
 )
 
@@ -58,8 +59,9 @@ async def _snapshot(backend: Backend, run_id: str) -> tuple[Any, ...]:
 
 async def test_stale_token_is_rejected_and_writes_nothing(backend: Backend) -> None:
     run = await create(backend)
-    zombie = await claim_one(backend, worker="w-old", lease=0.3)
-    current = await claim_eventually(backend, worker="w-new", lease=30)
+    zombie = await claim_one(backend, worker="w-old", lease=30)
+    await skip_clock(backend, 30)
+    current = await claim_one(backend, worker="w-new", lease=30)
     assert current.lease_token > zombie.lease_token
     before = await _snapshot(backend, run.id)
 
@@ -856,8 +858,8 @@ async def test_an_expired_lease_not_yet_taken_over_can_still_be_renewed(
     backend: Backend,
 ) -> None:
     run = await create(backend)
-    held = await claim_one(backend, lease=0.2)
-    await clock_passes(backend, held.now + timedelta(seconds=0.3))
+    held = await claim_one(backend, lease=30)
+    await skip_clock(backend, 31)
     # Still running under the same token: held, so renewed.
     assert await backend.extend_leases("w1", [(run.id, held.lease_token)], 30) == {run.id}
     assert await claim(backend, worker="w2") == []

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from perdure import App, ChildTimeout, Context, StepFailed, WorkflowFailed
+from perdure.testing import TestEnvironment
 
 from .helpers import wait_for
 
@@ -108,19 +109,20 @@ def test_a_cancelled_parent_cancels_its_children_and_grandchildren(app: App) -> 
     assert [app.get_run(r).status for r in (handle.id, mid.id, low.id)] == ["cancelled"] * 3
 
 
-def test_a_parent_past_its_deadline_cancels_its_live_children(app: App) -> None:
+def test_a_parent_past_its_deadline_cancels_its_live_children(app: App, database) -> None:  # type: ignore[no-untyped-def]
     @app.workflow
     async def waiter(ctx: Context, _: object) -> object:
         return await ctx.step.wait_for_event("never")
 
-    @app.workflow(deadline="1s")
+    @app.workflow(deadline="1d")
     async def parent(ctx: Context, _: object) -> None:
         await ctx.step.run_workflow("child", waiter, None)
 
-    with app.worker():
-        handle = app.start(parent)
+    with TestEnvironment(app, database.url) as env:
+        handle = env.start(parent)
+        env.advance("1d")
         with pytest.raises(WorkflowFailed) as info:
             handle.result(timeout=30)
+        (child,) = env.list_runs(parent_id=handle.id).items
     assert info.value.error["type"] == "DeadlineExceeded"
-    (child,) = app.list_runs(parent_id=handle.id).items
     assert child.status == "cancelled"

@@ -19,6 +19,7 @@ from perdure import (
     WorkflowCancelled,
     WorkflowFailed,
 )
+from perdure.testing import TestEnvironment
 
 from .helpers import wait_for
 
@@ -87,7 +88,7 @@ def test_uncaught_step_failure_fails_the_run_with_a_structured_error(app: App) -
     assert handle.get().status == "failed"
 
 
-def test_non_retriable_errors_and_retry_after(app: App) -> None:
+def test_non_retriable_errors_and_retry_after(app: App, database) -> None:  # type: ignore[no-untyped-def]
     calls: Counter[str] = Counter()
     seen: list[float] = []
 
@@ -98,7 +99,7 @@ def test_non_retriable_errors_and_retry_after(app: App) -> None:
     def later() -> str:
         seen.append(time.monotonic())
         if len(seen) == 1:
-            raise RetryAfter("300ms")
+            raise RetryAfter("6h")
         return "done"
 
     @app.workflow
@@ -111,10 +112,14 @@ def test_non_retriable_errors_and_retry_after(app: App) -> None:
             "later", later, retry=RetryPolicy(max_attempts=2, initial="1h", max="1h")
         )
 
-    with app.worker():
-        assert app.run(steering, timeout=20) == "done"
+    with TestEnvironment(app, database.url) as env:
+        handle = env.start(steering)
+        env.advance("5h59m")  # past the policy's 1h backoff, short of RetryAfter's 6h
+        assert handle.get().status == "waiting" and len(seen) == 1
+        env.advance("1m")
+        assert handle.result(timeout=20) == "done"
     assert calls["final"] == 1
-    assert seen[1] - seen[0] >= 0.3  # RetryAfter's delay is a lower bound, not the 1h policy
+    assert len(seen) == 2
 
 
 def test_a_step_timeout_counts_as_a_failed_attempt(app: App) -> None:
@@ -245,13 +250,16 @@ def test_cancel_stops_the_current_step_and_commits_nothing_after(app: App) -> No
     assert app.get_steps(handle.id) == []
 
 
-def test_deadline_fails_a_parked_run(app: App) -> None:
-    @app.workflow(deadline="300ms")
+def test_deadline_fails_a_parked_run(app: App, database) -> None:  # type: ignore[no-untyped-def]
+    @app.workflow(deadline="1d")
     async def late(ctx: Context, _: None) -> None:
-        await ctx.step.sleep("too-long", "1h")
+        await ctx.step.sleep("too-long", "7d")
 
-    with app.worker():
-        handle = app.start(late)
+    with TestEnvironment(app, database.url) as env:
+        handle = env.start(late)
+        env.advance("23h")
+        assert handle.get().status == "waiting"
+        env.advance("1h")
         with pytest.raises(WorkflowFailed) as info:
             handle.result(timeout=20)
     assert info.value.error["type"] == "DeadlineExceeded"
@@ -333,14 +341,15 @@ def test_heartbeats_keep_a_long_step_from_being_taken_over(database) -> None:  #
             each.close()
 
 
-def test_deadline_fails_a_run_waiting_for_an_event(app: App) -> None:
+def test_deadline_fails_a_run_waiting_for_an_event(app: App, database) -> None:  # type: ignore[no-untyped-def]
     @app.workflow
     async def patient(ctx: Context, _: None) -> object:
         return await ctx.step.wait_for_event("never")
 
-    with app.worker():
-        handle = app.start(patient, deadline="300ms")
+    with TestEnvironment(app, database.url) as env:
+        handle = env.start(patient, deadline="3d")
+        env.advance("3d")
         with pytest.raises(WorkflowFailed) as info:
             handle.result(timeout=20)
+        assert env.signal(handle.id, "never") is False
     assert info.value.error["type"] == "DeadlineExceeded"
-    assert app.signal(handle.id, "never") is False
