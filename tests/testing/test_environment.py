@@ -227,3 +227,20 @@ def test_the_app_is_not_a_test_class_and_the_clock_methods_have_twins() -> None:
         assert sync_fn.__doc__ and async_fn.__doc__
     with pytest.raises(Exception, match=r"takes your perdure\.App"):
         TestEnvironment(object())  # type: ignore[arg-type]
+
+
+async def test_the_sync_fixture_serves_async_tests(env: TestEnvironment) -> None:
+    handle = await env.start_async(nap)
+    await env.advance_async("7d")
+    assert await handle.result_async(timeout=10) == "woke"
+
+
+def test_a_worker_asleep_for_an_hour_wakes_at_the_advance(url: str | None) -> None:
+    """The worker knows the run sleeps a week and polls hourly: only the wake notice
+    that moving the clock sends can make it claim the run within the test's time."""
+    with TestEnvironment(app, url, worker=False) as env:
+        with env.worker(concurrency=1, poll_interval="1h"):
+            handle = env.start(nap)
+            wait_for(lambda: env.get_run(handle.id).status == "waiting")
+            env.advance("7d")
+            assert handle.result(timeout=10) == "woke"
