@@ -88,6 +88,9 @@ class TestEnvironment(App):
             raise ConfigurationError(
                 f"TestEnvironment takes your perdure.App, got {type(app).__name__}"
             )
+        # Everything the app carries (its registry, and whatever else configures how
+        # it stores and shows values), with a database, portal and connections of its own.
+        self.__dict__.update(app.__dict__)
         self._temp_dir: str | None = None
         self._own_schema = False
         schema = app.settings.schema
@@ -99,12 +102,14 @@ class TestEnvironment(App):
             if not isinstance(url, str) or url.split(":", 1)[0].lower() != "sqlite":
                 schema = f"perdure_test_{secrets.token_hex(6)}"
                 self._own_schema = True
-        # Everything the app carries (its registry, and whatever else configures how
-        # it stores and shows values), with its own database, portal and connections.
-        self.__dict__.update(app.__dict__)
-        self.settings = replace(app.settings, database_url=url, schema=schema)
+        try:
+            self.settings = replace(app.settings, database_url=url, schema=schema)
+            self._connections = Connections(self.settings, self._registry, migrate=True)
+        except BaseException:
+            if self._temp_dir is not None:
+                shutil.rmtree(self._temp_dir, ignore_errors=True)
+            raise
         self._portal = Portal(name="perdure-test-portal")
-        self._connections = Connections(self.settings, self._registry, migrate=True)
         self.auto_advance = bool(auto_advance)
         self._with_worker = bool(worker)
         self._worker: Worker | None = None

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from perdure import App, Context, RetryAfter, WorkflowFailed, current_step
-from perdure.errors import TimeoutError, ValidationError
+from perdure.errors import ConfigurationError, TimeoutError, ValidationError
 from perdure.testing import TestEnvironment
 
 from ..engine.helpers import wait_for
@@ -238,9 +238,16 @@ async def test_the_sync_fixture_serves_async_tests(env: TestEnvironment) -> None
 def test_a_worker_asleep_for_an_hour_wakes_at_the_advance(url: str | None) -> None:
     """The worker knows the run sleeps a week and polls hourly: only the wake notice
     that moving the clock sends can make it claim the run within the test's time."""
-    with TestEnvironment(app, url, worker=False) as env:
-        with env.worker(concurrency=1, poll_interval="1h"):
-            handle = env.start(nap)
-            wait_for(lambda: env.get_run(handle.id).status == "waiting")
-            env.advance("7d")
-            assert handle.result(timeout=10) == "woke"
+    with (
+        TestEnvironment(app, url, worker=False) as env,
+        env.worker(concurrency=1, poll_interval="1h"),
+    ):
+        handle = env.start(nap)
+        wait_for(lambda: env.get_run(handle.id).status == "waiting")
+        env.advance("7d")
+        assert handle.result(timeout=10) == "woke"
+
+
+def test_a_bad_database_url_is_refused_at_once() -> None:
+    with pytest.raises(ConfigurationError, match="unsupported database URL"):
+        TestEnvironment(app, "mysql://nowhere/db")
