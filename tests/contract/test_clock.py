@@ -13,7 +13,7 @@ import pytest
 
 from perdure.backends.base import Backend
 from perdure.errors import ValidationError
-from perdure.records import Park, Retry
+from perdure.records import Complete, Park, Retry
 
 from .helpers import (
     BackendFactory,
@@ -22,6 +22,7 @@ from .helpers import (
     claim,
     claim_one,
     create,
+    js,
     transition,
     wait_until,
 )
@@ -177,3 +178,20 @@ async def test_migrate_keeps_the_moved_clock(backend: Backend) -> None:
     await backend.set_clock_offset(3 * DAY)
     await backend.migrate()
     assert await backend.clock_offset() == 3 * DAY
+
+
+async def test_retention_is_counted_on_the_moved_clock(backend: Backend) -> None:
+    ended = {}
+    for days in (1, 30):
+        run = await create(backend, retention_days=days)
+        held = await claim_one(backend)
+        assert (await transition(backend, held, Complete(js(days)))).ok
+        ended[days] = run.id
+    assert await backend.sweep(max_retention_days=365) == 0
+    await backend.set_clock_offset(DAY + 60)
+    assert await backend.sweep(max_retention_days=365) == 1
+    assert await backend.get_run(ended[1]) is None
+    assert await backend.get_run(ended[30]) is not None
+    await backend.set_clock_offset(30 * DAY + 60)
+    assert await backend.sweep(max_retention_days=365) == 1
+    assert await backend.get_run(ended[30]) is None
