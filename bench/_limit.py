@@ -41,7 +41,9 @@ def _psycopg_loop(url: str, conns: int, seconds: int) -> float:
     return sum(counts) / seconds
 
 
-def run_limit(size: Size) -> dict[str, Any]:
+def run_limit(size: Size, levels: tuple[int, ...] = LEVELS) -> dict[str, Any]:
+    """The server's commit rate (one-row insert transactions per second) at each
+    number of connections in ``levels``."""
     url = fresh_database("bench_limit")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE l_rows (id bigserial PRIMARY KEY, payload text NOT NULL)")
@@ -50,7 +52,7 @@ def run_limit(size: Size) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
         script.write(f"INSERT INTO l_rows (payload) VALUES ('{ROW}');\n")
     cores = os.cpu_count() or 1
-    for conns in LEVELS:
+    for conns in levels:
         if pgbench:
             proc = subprocess.run(
                 [

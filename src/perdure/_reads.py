@@ -179,7 +179,8 @@ class Reads(ClientBase):
         Steps appear as ``step_completed`` events; a value set with ``ctx.set`` as a
         ``value`` event. On PostgreSQL it wakes by notification (every transition of
         the run notifies its watchers); on SQLite, watchers in the worker's process are
-        woken directly, others look every 100 ms. Raises `RunNotFound`."""
+        woken directly, others within milliseconds by the file's change watcher.
+        Raises `RunNotFound`."""
         backend = await self._backend()
         await fetch_run(backend, run_id)
         changed = asyncio.Event()

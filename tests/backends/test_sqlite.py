@@ -775,6 +775,71 @@ async def test_notices_reach_every_backend_on_the_file(db_path: Path, clock: Fak
     await listener.close()
 
 
+_OTHER_PROCESS_STARTS = """
+import asyncio, sys
+from perdure.backends.sqlite import SQLiteBackend
+from perdure.ids import new_run_id
+from perdure.records import NewRun
+
+async def main():
+    b = SQLiteBackend(sys.argv[1])
+    await b.open()
+    await b.create_run(NewRun(id=new_run_id(), workflow="wf", version=1, input_json="{}"))
+    await b.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_commits_of_another_process_wake_listeners(db_path: Path, tmp_path: Path) -> None:
+    # Without the change watcher nothing in this process would ever hear of a commit
+    # made by another process (only polling would find it).
+    listener = SQLiteBackend(db_path)
+    await listener.open()
+    await listener.migrate()
+    plain: list[Notice] = []
+    with_progress: list[Notice] = []
+    stop_plain = await listener.listen(plain.append)
+    stop_progress = await listener.listen(with_progress.append, progress=True)
+    script = tmp_path / "starter.py"
+    script.write_text(_OTHER_PROCESS_STARTS)
+    done = await asyncio.create_subprocess_exec(sys.executable, str(script), str(db_path))
+    assert await done.wait() == 0
+    await _until(lambda: Notice("wake") in plain and Notice("progress") in with_progress)
+    assert Notice("done") in plain  # result() waiters look again
+    assert Notice("progress") not in plain  # progress only to those who asked
+    await stop_plain()
+    await stop_progress()
+    await listener.close()
+
+
+async def test_own_process_commits_give_no_elsewhere_notices(db_path: Path) -> None:
+    # This process's commits already notify directly, run by run; the change watcher
+    # must not add "look again" notices for them.
+    producer = SQLiteBackend(db_path)
+    listener = SQLiteBackend(db_path)
+    await producer.open()
+    await producer.migrate()
+    await listener.open()
+    got: list[Notice] = []
+    stop = await listener.listen(got.append)
+    ids = [(await producer.create_run(new_run())).run.id for _ in range(20)]
+    await _until(lambda: Notice("wake", ids[-1]) in got)
+    # A commit from another connection is the witness: once its notice arrived, the
+    # watcher has looked after every commit above.
+    conn = raw(db_path)
+    conn.execute("CREATE TABLE witness (x INTEGER)")
+    conn.close()
+    await _until(lambda: Notice("wake") in got)
+    assert got == [Notice("wake", run_id) for run_id in ids] + [
+        Notice("wake"),
+        Notice("done"),
+    ]
+    await stop()
+    await producer.close()
+    await listener.close()
+
+
 async def test_shared_across_event_loops(backend: SQLiteBackend) -> None:
     errors: list[BaseException] = []
 

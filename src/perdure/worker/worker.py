@@ -78,8 +78,8 @@ class Worker:
         lease: how long a claim lasts without a heartbeat. Default ``"30s"``.
             Heartbeats renew leases every third of it while the worker lives.
         poll_interval: the fallback polling period (a duration). Default: 1 s on
-            PostgreSQL (wake-ups come by LISTEN/NOTIFY), 0.1 s on SQLite (other
-            processes are only seen by polling).
+            PostgreSQL (wake-ups come by LISTEN/NOTIFY), 0.1 s on SQLite (where a
+            change watcher wakes it within milliseconds for other processes' work).
         shutdown_timeout: how long a graceful stop waits for in-flight steps before
             cancelling them and releasing their runs. Default: the lease.
     """

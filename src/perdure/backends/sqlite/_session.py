@@ -59,9 +59,15 @@ def split_statements(script: str) -> list[str]:
 class Session:
     """The backend's connection, used only on the backend's thread."""
 
-    def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        clock: Callable[[], float],
+        commit: Callable[[sqlite3.Connection], None],
+    ) -> None:
         self.conn = conn
         self._clock = clock
+        self._commit = commit
         self.notices: list[Notice] = []
 
     def clock(self) -> float:
@@ -97,7 +103,7 @@ class Session:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield self.clock()
-            conn.execute("COMMIT")
+            self._commit(conn)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

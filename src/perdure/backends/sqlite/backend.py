@@ -159,7 +159,7 @@ class SQLiteBackend(Backend):
         except BaseException:
             conn.close()
             raise
-        return Session(conn, self._clock)
+        return Session(conn, self._clock, self._hub.commit)
 
     def _run(
         self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
