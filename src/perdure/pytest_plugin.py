@@ -13,16 +13,20 @@ Options: the marker ``@pytest.mark.perdure(auto_advance=True, database_url=...,
 worker=False)`` on a test, module or class; ``--perdure-database-url`` on the command
 line or ``perdure_database_url`` in the ini file to run every environment on
 PostgreSQL (each test gets a schema of its own).
+
+The test environment itself is imported only when a test asks for ``perdure_env``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from .app import App
-from .testing import TestEnvironment
+if TYPE_CHECKING:
+    from .app import App
+    from .testing import TestEnvironment
 
 __all__ = ["perdure_app", "perdure_env"]
 
@@ -63,6 +67,8 @@ def perdure_app() -> App:
 def perdure_env(request: pytest.FixtureRequest, perdure_app: App) -> Iterator[TestEnvironment]:
     """A `perdure.testing.TestEnvironment` of ``perdure_app``: a fresh database, a
     worker and a clock you move (``perdure_env.advance("7d")``), for one test."""
+    from .testing import TestEnvironment
+
     options: dict[str, object] = {}
     for marker in reversed(list(request.node.iter_markers("perdure"))):
         options.update(marker.kwargs)  # the closest marker wins
