@@ -134,6 +134,10 @@ class Steering(ClientBase):
         names = [s.name for s in await backend.workflow_summaries()]
         return render_metrics(metric_store(), gauges, names)
 
+    def metrics(self) -> bytes:
+        """This process's metrics in the Prometheus text format; see `metrics_async`."""
+        return self._portal.call(self.metrics_async)
+
     def sweep(self) -> int:
         """Delete finished runs past their retention; see `sweep_async`."""
         return self._portal.call(self.sweep_async)
