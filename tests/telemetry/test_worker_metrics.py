@@ -113,7 +113,7 @@ class _Worker:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        line = wait_for(self._served_at, 30)
+        line: str = wait_for(self._served_at, 30)  # type: ignore[assignment]
         self.url = line.split("serving metrics at ", 1)[1].split()[0]
 
     def _read(self) -> None:
@@ -191,7 +191,7 @@ def test_a_worker_process_serves_every_metric_with_the_right_counts(
             total = _samples(families, "workflow_retention_swept", "_total")
             return families if total == {(): 2.0} else None
 
-        families = wait_for(swept, 30)
+        families: dict[str, Any] = wait_for(swept, 30)  # type: ignore[arg-type]
     finally:
         out = worker.stop()
         app.close()
