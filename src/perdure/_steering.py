@@ -13,7 +13,7 @@ from .records import Published
 from .serialization import encode
 from .telemetry.exposition import render as render_metrics
 from .telemetry.live import current as current_telemetry
-from .telemetry.live import metric_store, signal_span, wants_signals
+from .telemetry.live import count_cancelled, metric_store, signal_span, wants_signals
 from .validation import check_key, lookup_id
 
 __all__ = ["Steering"]
@@ -32,7 +32,14 @@ class Steering(ClientBase):
         was rolled back. A worker serving the workflow does it."""
         if not isinstance(rollback, bool):
             raise ValidationError(f"rollback must be True or False, got {rollback!r:.40}")
-        return await (await self._backend()).cancel_run(lookup_id(run_id), rollback)
+        backend = await self._backend()
+        run_id = lookup_id(run_id)
+        # Counted here, by the process that ends the run (a rollback's worker counts its own).
+        run = None if rollback or metric_store() is None else await backend.get_run(run_id)
+        cancelled = await backend.cancel_run(run_id, rollback)
+        if cancelled and run is not None:
+            count_cancelled(run.workflow)
+        return cancelled
 
     def cancel(self, run_id: str, *, rollback: bool = False) -> bool:
         """Cancel a live run; see `cancel_async`."""

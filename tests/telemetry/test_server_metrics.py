@@ -54,6 +54,9 @@ def test_the_server_serves_metrics_counts_signals_and_sweeps(database: Any, tmp_
 
     for name in METRIC_NAMES:
         assert name.removesuffix("_total") in metrics, name
+    assert metrics["workflow_runs_completed_total"] == {
+        (("status", "cancelled"), ("workflow", "greet")): 2.0
+    }
     assert metrics["workflow_signals_total"] == {
         (("event", "approve"), ("workflow", "approval")): 1.0
     }

@@ -198,3 +198,10 @@ def signal_span(
 def wants_signals() -> bool:
     """True when a sent signal is counted or traced (it then needs the run's workflow)."""
     return _store is not None or tracing.tracer() is not None
+
+
+def count_cancelled(workflow: str) -> None:
+    """Count a run this process cancelled (``workflow_runs_completed_total``)."""
+    if _store is not None:
+        wf = _store.workflow(workflow)
+        wf.count(wf.completed, "cancelled")
