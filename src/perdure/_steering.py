@@ -12,8 +12,8 @@ from .names import WorkflowRef, validate_event_name, validate_pattern, workflow_
 from .records import Published
 from .serialization import encode
 from .telemetry.exposition import render as render_metrics
-from .telemetry.live import current as current_telemetry
 from .telemetry.live import count_cancelled, metric_store, signal_span, wants_signals
+from .telemetry.live import current as current_telemetry
 from .validation import check_key, lookup_id
 
 __all__ = ["Steering"]

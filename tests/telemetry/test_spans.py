@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from perdure import App, Context, RetryPolicy
-from perdure.telemetry.tracing import current_traceparent, parent_context
+from perdure.telemetry.tracing import current_traceparent, parent_context, refresh
 from tests.engine.helpers import wait_for
 
 _EXPORTER = InMemorySpanExporter()
@@ -31,6 +31,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
     assert trace.get_tracer_provider() is provider
+    refresh()  # perdure looks the provider up at most once a second
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()

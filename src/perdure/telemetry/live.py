@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from . import tracing
 from .hooks import NOOP, NOOP_PASS, PassHooks, TelemetryHooks
@@ -137,7 +137,8 @@ class _Pass:
         return (hist, perf_counter(), span, token)
 
     def step_ended(self, handle: object, error: BaseException | None) -> None:
-        hist, started, span, token = cast("tuple[Histogram | None, float, Any, Any]", handle)
+        parts: tuple[Histogram | None, float, Any, Any] = handle  # type: ignore[assignment]
+        hist, started, span, token = parts
         if hist is not None:
             hist.observe(perf_counter() - started)
         if span is not None:

@@ -12,15 +12,18 @@ spans go; `perdure.telemetry.setup` configures one from those variables for the
 from __future__ import annotations
 
 import re
+from time import monotonic
 from typing import Any
 
-__all__ = ["available", "current_traceparent", "parent_context", "tracer"]
+__all__ = ["available", "current_traceparent", "parent_context", "refresh", "tracer"]
 
 _TRACER_NAME = "perdure"
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 _trace: Any = None  # the opentelemetry.trace module; False once known to be absent
-_cached: tuple[Any, Any] = (None, None)  # (provider, its tracer)
+_cached: tuple[Any, Any] = (None, None)  # (provider, its tracer or None)
+_checked_at = -1e9  # monotonic time of the last provider lookup
+_RECHECK = 1.0
 
 
 def _api() -> Any:
@@ -42,21 +45,36 @@ def available() -> bool:
 
 def tracer() -> Any:
     """perdure's tracer from the global provider, or None when there is no API or no
-    provider was configured (spans would go nowhere: none are made)."""
-    global _cached
+    provider was configured (spans would go nowhere: none are made).
+
+    Called once per pass: the provider is looked up again at most once a second (its
+    lookup reads the environment), so one configured after the worker started is
+    still picked up."""
+    global _cached, _checked_at
+    now = monotonic()
+    if now - _checked_at < _RECHECK:
+        return _cached[1]
     trace = _api()
     if trace is None:
         return None
+    _checked_at = now
     provider = trace.get_tracer_provider()
     if provider is _cached[0]:
         return _cached[1]
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-        return None
-    from .._version import __version__
+    found = None
+    if not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        from .._version import __version__
 
-    found = provider.get_tracer(_TRACER_NAME, __version__)
+        found = provider.get_tracer(_TRACER_NAME, __version__)
     _cached = (provider, found)
     return found
+
+
+def refresh() -> None:
+    """Look the global tracer provider up again at the next pass (after configuring
+    one, when spans must start at once)."""
+    global _checked_at
+    _checked_at = -1e9
 
 
 def current_traceparent() -> str | None:
