@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from ..backends.base import Backend
 from ..errors import BackendError, ConfigurationError
 from ..records import QueueGauge
-from .exposition import CONTENT_TYPE, render
+from .exposition import CONTENT_TYPE, render, require
 from .live import enable_metrics
 
 __all__ = ["MetricsEndpoint"]
@@ -40,7 +40,8 @@ class MetricsEndpoint:
         self._store = enable_metrics()
 
     async def start(self) -> None:
-        """Listen (a port in use is a `ConfigurationError`)."""
+        """Listen (a port in use, or no prometheus-client, is a `ConfigurationError`)."""
+        require()
         try:
             self._server = await asyncio.start_server(self._serve, self._host, self._wanted)
         except OSError as exc:

@@ -15,7 +15,7 @@ from ..errors import ConfigurationError
 from ..records import QueueGauge
 from .metrics import Histogram, MetricStore
 
-__all__ = ["CONTENT_TYPE", "METRIC_NAMES", "render"]
+__all__ = ["CONTENT_TYPE", "METRIC_NAMES", "render", "require"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -32,6 +32,11 @@ METRIC_NAMES: tuple[str, ...] = (
     "workflow_queue_depth",
     "workflow_claim_lag_seconds",
 )
+
+
+def require() -> None:
+    """Raise `ConfigurationError` now if ``prometheus-client`` is missing."""
+    _client()
 
 
 def _client() -> Any:

@@ -48,6 +48,7 @@ from ..records import (
     WorkerInfo,
 )
 from ..telemetry.endpoint import MetricsEndpoint
+from ..telemetry.exposition import require as require_metrics
 from ..telemetry.live import current as current_telemetry
 from ..validation import check_int
 from .active import ActiveRuns
@@ -109,6 +110,7 @@ class Worker:
             check_int(metrics_port, "metrics_port", minimum=0)
             if metrics_port > 65535:
                 raise ValidationError(f"metrics_port must be at most 65535, got {metrics_port}")
+            require_metrics()  # a clear error now, not at the first scrape
         self._metrics_at = None if metrics_port is None else (metrics_host, metrics_port)
         #: the port the metrics endpoint listens on, once the worker serves
         self.metrics_port: int | None = None
@@ -296,6 +298,11 @@ class Worker:
             backend, pairs = await self._start_up()
         except StoppedAtStart:
             return  # stopped before the database answered
+        try:
+            endpoint = await self._serve_metrics(backend, pairs)
+        except ConfigurationError:
+            await self._deregister(backend)
+            raise
         unsubscribe = await backend.listen(self._on_notice)
         # A commit is retried through a database outage of up to two minutes (or four
         # leases): the fence makes retrying safe, and the run stays this worker's.
@@ -304,7 +311,6 @@ class Worker:
             max_workers=min(64, max(8, 2 * self.concurrency)), thread_name_prefix="perdure-step"
         )
         settings = self._settings
-        endpoint = await self._serve_metrics(backend, pairs)
         telemetry = current_telemetry()
         services = RunServices(
             commit=committer.submit,
@@ -345,14 +351,17 @@ class Worker:
             await unsubscribe()
             if endpoint is not None:
                 await endpoint.close()
-            try:
-                await backend.deregister_worker(self.id)
-            except BackendError as exc:
-                log.warning("could not deregister worker %s: %s", self.id, exc)
+            await self._deregister(backend)
             executor.shutdown(wait=False, cancel_futures=True)
             if self._own_loop:  # in a caller's loop, the app's backend is the caller's too
                 await self._connections.release_loop()
             log.info("worker %s stopped", self.id)
+
+    async def _deregister(self, backend: Backend) -> None:
+        try:
+            await backend.deregister_worker(self.id)
+        except BackendError as exc:
+            log.warning("could not deregister worker %s: %s", self.id, exc)
 
     async def _serve_metrics(
         self, backend: Backend, pairs: tuple[tuple[str, int], ...]
