@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,3 +195,29 @@ def test_traceparent_round_trips_and_malformed_ones_are_ignored(
         "00-" + "0" * 32 + value[35:],
     ):
         assert parent_context(bad) is None
+
+
+def test_a_rest_start_with_a_traceparent_header_joins_that_trace_across_processes(
+    database: Any, app: App, spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    from tests.server.harness import environment, server
+
+    @app.workflow
+    async def greet(ctx: Context, name: str) -> str:
+        return await ctx.step.run("greet", lambda: f"hi {name}")
+
+    trace_id, span_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    header = {"traceparent": f"00-{trace_id}-{span_id}-01"}
+    with server(environment(database, tmp_path), tmp_path) as http:  # perdure serve
+        started = http.post("/v1/workflows/greet/runs", {"input": "ada"}, headers=header)
+        plain = http.post("/v1/workflows/greet/runs", {"input": "bob"})
+    with app.worker():  # this process: the trace context came through the database
+        assert app.result(started.body["runId"], timeout=30) == "hi ada"
+        assert app.result(plain.body["runId"], timeout=30) == "hi bob"
+        wait_for(lambda: len(_named(spans, "workflow.run")) == 2, 10)
+    by_run = {_attrs(s)["run_id"]: s for s in _named(spans, "workflow.run")}
+    joined = by_run[started.body["runId"]]
+    assert f"{joined.context.trace_id:032x}" == trace_id
+    assert joined.parent is not None and f"{joined.parent.span_id:016x}" == span_id
+    assert joined.parent.is_remote
+    assert by_run[plain.body["runId"]].parent is None

@@ -12,10 +12,19 @@ spans go; `perdure.telemetry.setup` configures one from those variables for the
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from time import monotonic
 from typing import Any
 
-__all__ = ["available", "current_traceparent", "parent_context", "refresh", "tracer"]
+__all__ = [
+    "available",
+    "current_traceparent",
+    "parent_context",
+    "refresh",
+    "remote_parent",
+    "tracer",
+]
 
 _TRACER_NAME = "perdure"
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -109,3 +118,21 @@ def parent_context(traceparent: str | None) -> Any:
 def is_traceparent(value: object) -> bool:
     """True for a well-formed W3C ``traceparent`` (version 00)."""
     return isinstance(value, str) and _TRACEPARENT.fullmatch(value) is not None
+
+
+@contextmanager
+def remote_parent(traceparent: str | None) -> Iterator[None]:
+    """Inside: the span ``traceparent`` names (a request's W3C header) is the current
+    context, unless a span is current already (instrumentation extracted it)."""
+    trace = _api()
+    context = None if trace is None else parent_context(traceparent)
+    if context is None or trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    from opentelemetry import context as contexts
+
+    token = contexts.attach(context)
+    try:
+        yield
+    finally:
+        contexts.detach(token)
