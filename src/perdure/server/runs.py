@@ -122,7 +122,8 @@ async def signal_run(
     or is buffered for its next one. The same ``idempotencyKey`` delivers once."""
     app = app_of(request)
     await run_of(app, name, run_id)
-    delivered = await app.signal_async(run_id, event, payload, idempotency_key=idempotency_key)
+    with remote_parent(request.headers.get("traceparent")):  # its span joins the caller's trace
+        delivered = await app.signal_async(run_id, event, payload, idempotency_key=idempotency_key)
     return SignalOut(delivered=delivered)
 
 
