@@ -221,3 +221,29 @@ def test_a_rest_start_with_a_traceparent_header_joins_that_trace_across_processe
     assert joined.parent is not None and f"{joined.parent.span_id:016x}" == span_id
     assert joined.parent.is_remote
     assert by_run[plain.body["runId"]].parent is None
+
+
+def test_a_child_runs_spans_join_the_trace_of_the_pass_that_started_it(
+    app: App, spans: InMemorySpanExporter
+) -> None:
+    @app.workflow
+    async def leaf(ctx: Context, n: int) -> int:
+        return await ctx.step.run("square", lambda: n * n)
+
+    @app.workflow
+    async def root(ctx: Context, n: int) -> int:
+        return await ctx.step.run_workflow("child", leaf, n) + 1
+
+    tracer = trace.get_tracer("tests")
+    with app.worker(concurrency=2):
+        with tracer.start_as_current_span("caller") as caller:
+            handle = app.start(root, 3)
+        assert handle.result(timeout=30) == 10
+        wait_for(lambda: len(_named(spans, "workflow.run")) == 3, 10)
+    runs = _named(spans, "workflow.run")
+    trace_id = caller.get_span_context().trace_id
+    assert {s.context.trace_id for s in runs} == {trace_id}
+    roots = [s for s in runs if _attrs(s)["workflow.name"] == "root"]
+    (child,) = [s for s in runs if _attrs(s)["workflow.name"] == "leaf"]
+    assert [_attrs(s)["status"] for s in roots] == ["waiting", "completed"]
+    assert child.parent is not None and child.parent.span_id == roots[0].context.span_id

@@ -73,6 +73,7 @@ class PassSteps:
     ) -> None:
         self.run: Run = claim.run
         self._telemetry = telemetry
+        self._traceparent = claim.traceparent
         self._token = claim.lease_token
         self._services = services
         self._control = control
@@ -378,6 +379,8 @@ class PassSteps:
             retention_days=30 if definition is None else definition.retention_days,
             parent_id=self.run.id,
             parent_step=key,
+            # The child's spans join this pass's trace (or the run's stored one).
+            traceparent=self._telemetry.traceparent() or self._traceparent,
         )
         timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
         waits = () if timeout_at is None else (WaitWrite(key, "~child", None, timeout_at),)

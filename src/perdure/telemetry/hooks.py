@@ -32,6 +32,9 @@ class PassHooks(Protocol):
     def pass_ended(self, outcome: str) -> None:
         """The pass ended with ``outcome`` (a `PassResult` outcome)."""
 
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the pass's span (a child run's spans join it)."""
+
 
 class TelemetryHooks(Protocol):
     """What a process counts and traces."""
@@ -57,6 +60,9 @@ class _NoPass:
 
     def pass_ended(self, outcome: str) -> None:
         pass
+
+    def traceparent(self) -> str | None:
+        return None
 
 
 class _NoTelemetry:

@@ -169,6 +169,13 @@ class _Pass:
             span.end()
 
 
+    def traceparent(self) -> str | None:
+        span = self._span
+        if span is None:
+            return None
+        return tracing.traceparent_of(span.get_span_context())
+
+
 def _record_error(span: Any, error: BaseException) -> None:
     from opentelemetry.trace import Status, StatusCode
 

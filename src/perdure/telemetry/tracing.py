@@ -91,7 +91,11 @@ def current_traceparent() -> str | None:
     trace = _api()
     if trace is None:
         return None
-    context = trace.get_current_span().get_span_context()
+    return traceparent_of(trace.get_current_span().get_span_context())
+
+
+def traceparent_of(context: Any) -> str | None:
+    """The W3C ``traceparent`` of an OpenTelemetry span context (None if invalid)."""
     if not context.is_valid:
         return None
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"

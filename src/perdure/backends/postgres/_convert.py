@@ -242,6 +242,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
                         "deadline_at": _iso(c.deadline_at),
                         "retention_days": c.retention_days,
                         "parent_step": c.parent_step,
+                        "traceparent": c.traceparent,
                     }
                     for c in t.children
                 ]
