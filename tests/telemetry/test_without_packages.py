@@ -71,6 +71,16 @@ def test_a_bad_metrics_port_is_refused(port: object, tmp_path: Path) -> None:
         app.close()
 
 
+@pytest.mark.parametrize("host", ["", None, 1])
+def test_a_bad_metrics_host_is_refused(host: object, tmp_path: Path) -> None:
+    app = App(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        with pytest.raises(ValidationError, match="metrics_host"):
+            app.worker(metrics_port=0, metrics_host=host)  # type: ignore[arg-type]
+    finally:
+        app.close()
+
+
 def test_a_metrics_port_in_use_stops_the_worker_with_a_clear_error(tmp_path: Path) -> None:
     import socket
 

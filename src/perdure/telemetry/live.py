@@ -168,7 +168,6 @@ class _Pass:
                 span.set_status(Status(StatusCode.ERROR))
             span.end()
 
-
     def traceparent(self) -> str | None:
         span = self._span
         if span is None:

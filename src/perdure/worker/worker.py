@@ -110,6 +110,8 @@ class Worker:
             check_int(metrics_port, "metrics_port", minimum=0)
             if metrics_port > 65535:
                 raise ValidationError(f"metrics_port must be at most 65535, got {metrics_port}")
+            if not isinstance(metrics_host, str) or not metrics_host:
+                raise ValidationError(f"metrics_host must be an address, got {metrics_host!r:.80}")
             require_metrics()  # a clear error now, not at the first scrape
         self._metrics_at = None if metrics_port is None else (metrics_host, metrics_port)
         #: the port the metrics endpoint listens on, once the worker serves
