@@ -7,9 +7,13 @@ from typing import Any
 
 from ._client import ClientBase
 from .errors import ValidationError
+from .maintenance import sweep_once
 from .names import WorkflowRef, validate_event_name, validate_pattern, workflow_name
 from .records import Published
 from .serialization import encode
+from .telemetry.exposition import render as render_metrics
+from .telemetry.live import count_cancelled, metric_store, signal_span, wants_signals
+from .telemetry.live import current as current_telemetry
 from .validation import check_key, lookup_id
 
 __all__ = ["Steering"]
@@ -28,7 +32,14 @@ class Steering(ClientBase):
         was rolled back. A worker serving the workflow does it."""
         if not isinstance(rollback, bool):
             raise ValidationError(f"rollback must be True or False, got {rollback!r:.40}")
-        return await (await self._backend()).cancel_run(lookup_id(run_id), rollback)
+        backend = await self._backend()
+        run_id = lookup_id(run_id)
+        # Counted here, by the process that ends the run (a rollback's worker counts its own).
+        run = None if rollback or metric_store() is None else await backend.get_run(run_id)
+        cancelled = await backend.cancel_run(run_id, rollback)
+        if cancelled and run is not None:
+            count_cancelled(run.workflow)
+        return cancelled
 
     def cancel(self, run_id: str, *, rollback: bool = False) -> bool:
         """Cancel a live run; see `cancel_async`."""
@@ -49,9 +60,15 @@ class Steering(ClientBase):
         stored). The same ``idempotency_key`` twice delivers once. Raises `RunNotFound`.
         """
         payload_json, key = _event_parts(event, payload, idempotency_key, "signal")
-        outcome = await (await self._backend()).deliver_signal(
-            lookup_id(run_id), event, payload_json, key
-        )
+        backend = await self._backend()
+        run_id = lookup_id(run_id)
+        if not wants_signals():
+            outcome = await backend.deliver_signal(run_id, event, payload_json, key)
+            return outcome != "ended"
+        run = await backend.get_run(run_id)  # the workflow label and span attribute
+        workflow = None if run is None else run.workflow
+        with signal_span(workflow, run_id, event, count=run is not None and not run.done):
+            outcome = await backend.deliver_signal(run_id, event, payload_json, key)
         return outcome != "ended"
 
     def signal(
@@ -113,13 +130,20 @@ class Steering(ClientBase):
 
     async def sweep_async(self) -> int:
         """Delete finished runs past their retention now; returns how many."""
+        return await sweep_once(await self._backend(), self.settings, current_telemetry())
+
+    async def metrics_async(self) -> bytes:
+        """This process's metrics in the Prometheus text format: the counters it
+        counted (`perdure.telemetry.enable_metrics`) and the database's gauges, read
+        now. Needs ``prometheus-client`` (the ``metrics`` extra)."""
         backend = await self._backend()
-        total = 0
-        while True:
-            removed = await backend.sweep(self.settings.max_retention_days)
-            total += removed
-            if removed < 1000:
-                return total
+        gauges = await backend.queue_gauges()
+        names = [s.name for s in await backend.workflow_summaries()]
+        return render_metrics(metric_store(), gauges, names)
+
+    def metrics(self) -> bytes:
+        """This process's metrics in the Prometheus text format; see `metrics_async`."""
+        return self._portal.call(self.metrics_async)
 
     def sweep(self) -> int:
         """Delete finished runs past their retention; see `sweep_async`."""

@@ -43,6 +43,7 @@ from .records import (
 from .retry import RetryPolicy
 from .serialization import encode
 from .settings import Settings
+from .telemetry.tracing import current_traceparent
 from .validation import check_int, check_key, check_time
 from .worker import Worker
 from .workflow import Body, Registry, define_workflow
@@ -162,8 +163,11 @@ class App(Recovery, Steering):
         lease: Duration = "30s",
         poll_interval: Duration | None = None,
         shutdown_timeout: Duration | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> Worker:
-        """A worker for this app's workflows; see `perdure.worker.Worker`."""
+        """A worker for this app's workflows; see `perdure.worker.Worker`
+        (``metrics_port``: serve Prometheus metrics, see docs/telemetry.md)."""
         return Worker(
             self._registry,
             self._connections,
@@ -173,6 +177,8 @@ class App(Recovery, Steering):
             lease=lease,
             poll_interval=poll_interval,
             shutdown_timeout=shutdown_timeout,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
 
     # ------------------------------------------------------------------ backends
@@ -298,6 +304,7 @@ class App(Recovery, Steering):
             deadline_in=deadline_in,
             deadline_at=deadline_at,
             retention_days=retention,
+            traceparent=current_traceparent(),
         )
         result = await (await self._backend()).create_run(new)
         warning = None

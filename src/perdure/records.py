@@ -177,6 +177,8 @@ class NewRun:
     retention_days: int = 30
     parent_id: str | None = None
     parent_step: str | None = None
+    #: the W3C traceparent active where the run was started (its spans join that trace)
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +258,20 @@ class Claim:
     recovered: bool = False
     #: why the run's stored data cannot be decoded (it then fails as PoisonRun)
     poison: str | None = None
+    #: the W3C traceparent stored at the run's start (`NewRun.traceparent`)
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGauge:
+    """The database's gauges of one workflow with live runs (`Backend.queue_gauges`):
+    runs ``running``, runs ``due`` (pending or waiting, claimable now) and the seconds
+    the oldest due run has waited (``claim_lag``; 0 when none is due)."""
+
+    workflow: str
+    running: int
+    due: int
+    claim_lag: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ class Settings:
         max_claims_without_progress: a run claimed this many times in a row without
             committing anything (its worker died each time) fails as ``PoisonRun``;
             ``PERDURE_MAX_RECOVERIES``, default 10; 0 disables.
-        sweep_interval: seconds between retention sweeps in workers,
+        sweep_interval: seconds between retention sweeps in workers and the server,
             ``PERDURE_SWEEP_INTERVAL``, default 300; 0 disables.
     """
 

@@ -315,10 +315,11 @@ async def test_concurrent_migrate_applies_once(
 ) -> None:
     backends = [await make_backend(migrate=False, min_size=1, max_size=1) for _ in range(8)]
     versions = await asyncio.gather(*(b.migrate() for b in backends))
-    latest = len(load_migrations("perdure.backends.postgres"))
+    known = [m.version for m in load_migrations("perdure.backends.postgres")]
+    latest = known[-1]
     assert versions == [latest] * 8
     cur = await admin.execute("SELECT version FROM schema_version ORDER BY 1")
-    assert await cur.fetchall() == [(v,) for v in range(1, latest + 1)]
+    assert await cur.fetchall() == [(v,) for v in known]
     assert await backends[0].migrate() == latest
 
 

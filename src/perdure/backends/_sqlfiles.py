@@ -88,7 +88,7 @@ def load_queries(package: str) -> dict[str, LiteralString]:
 
 
 def load_migrations(package: str) -> list[Migration]:
-    """Load ``<package>/sql/migrations/*.sql`` in version order (versions must be 1..n)."""
+    """Load ``<package>/sql/migrations/*.sql`` in version order (from 1, each number once)."""
     folder = resources.files(package).joinpath("sql", "migrations")
     found = []
     for entry in folder.iterdir():
@@ -102,9 +102,13 @@ def load_migrations(package: str) -> list[Migration]:
                 )
             )
     found.sort(key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
+    versions = [m.version for m in found]
+    # Numbers are handed out per feature, so one may be missing until its branch lands;
+    # a number used twice is always a mistake.
+    if not versions or versions[0] != 1 or len(set(versions)) != len(versions):
         raise ValueError(
-            f"migrations of {package} are not numbered 1..n: {[m.name for m in found]}"
+            f"migrations of {package} must start at 1 and use each number once: "
+            f"{[m.name for m in found]}"
         )
     return found
 

@@ -41,6 +41,7 @@ from ..records import (
     Notice,
     Page,
     Published,
+    QueueGauge,
     Run,
     SignalOutcome,
     Step,
@@ -380,6 +381,11 @@ class Backend(abc.ABC):
         min(``retention_days``, ``max_retention_days``) days is past; their journal,
         events, waits and signals go with them. Never touches live runs. Returns how
         many runs were deleted."""
+
+    @abc.abstractmethod
+    async def queue_gauges(self) -> list[QueueGauge]:
+        """Per workflow with live runs: how many run, how many are due for a claim, and
+        how long the oldest due one has waited (the metrics' database gauges)."""
 
     # ------------------------------------------------------------------ notices
 

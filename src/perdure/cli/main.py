@@ -22,6 +22,7 @@ from ..app import App
 from ..durations import to_seconds
 from ..errors import PerdureError
 from ..records import WorkerInfo
+from ..telemetry.setup import configure_tracing
 from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
 from .client import client, json_arg
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
@@ -99,6 +100,18 @@ cli.add_command(runs)
 @click.option("--lease", default="30s", show_default=True, help="Lease length without heartbeat.")
 @click.option("--poll-interval", type=float, default=None, help="Fallback polling period (s).")
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the metrics endpoint (0.0.0.0 for a remote scraper).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default=None,
@@ -110,12 +123,15 @@ def worker(
     workflows: tuple[str, ...],
     lease: str,
     poll_interval: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
     log_format: str | None,
 ) -> None:
     """Run a worker for APP (module:attribute) until SIGTERM/SIGINT.
 
     It logs every retry, failure, park and recovery of a run with its reason, one line
-    each (INFO/WARNING), with the run id and workflow."""
+    each (INFO/WARNING), with the run id and workflow. With --metrics-port it serves
+    Prometheus metrics; OTEL_* variables send its spans (docs/telemetry.md)."""
     # Until the worker's own handlers are in place nothing is claimed yet, so a stop
     # signal during start-up can simply end the process cleanly.
     signals.signal(signals.SIGTERM, lambda *_: sys.exit(0))
@@ -124,11 +140,14 @@ def worker(
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
     app = load_app(app_spec)
+    configure_tracing()
     w = app.worker(
         concurrency=concurrency,
         workflows=list(workflows) or None,
         lease=lease,
         poll_interval=poll_interval,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     try:
         w.run()
@@ -154,6 +173,7 @@ def serve(ctx: click.Context, app_spec: str | None, host: str, port: int) -> Non
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
     app = load_app(app_spec) if app_spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
+    configure_tracing()
     try:
         run_server(app, host=host, port=port)
     finally:

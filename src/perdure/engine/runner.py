@@ -66,7 +66,10 @@ class Runner:
         self._commits = PassCommits(
             self.run.id, self.token, services.commit, self._control, self._barrier
         )
-        self.steps = PassSteps(claim, services, self._control, self._barrier, self._commits)
+        self._telemetry = services.telemetry.pass_began(claim)
+        self.steps = PassSteps(
+            claim, services, self._control, self._barrier, self._commits, self._telemetry
+        )
         self.ctx = Context(self.steps)
         self._deadline_error: dict[str, Any] | None = None
 
@@ -85,6 +88,15 @@ class Runner:
 
     async def execute(self) -> PassResult:
         """Run the pass and commit its outcome. Only raises CancelledError."""
+        outcome = "abandoned"
+        try:
+            result = await self._execute()
+            outcome = result.outcome
+            return result
+        finally:
+            self._telemetry.pass_ended(outcome)
+
+    async def _execute(self) -> PassResult:
         if _rolling_back(self.run):
             return await self._roll_back()
         early = self._precheck()

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..records import Transition, TransitionResult
+from ..telemetry.hooks import NOOP, TelemetryHooks
 
 if TYPE_CHECKING:
     from ..workflow import Registry
@@ -29,6 +30,8 @@ class RunServices:
     max_claims_without_progress: int = 10
     #: Cancels a run once its rollbacks ran (`Backend.cancel_run`).
     cancel: Callable[[str], Awaitable[bool]] | None = None
+    #: Metrics and spans (`perdure.telemetry`); the default observes nothing.
+    telemetry: TelemetryHooks = NOOP
 
 
 @dataclass(slots=True)

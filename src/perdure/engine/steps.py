@@ -42,6 +42,7 @@ from ..records import (
 from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPolicy
 from ..serialization import brief_error, decode, encode, error_from_exception
 from ..step_info import StepInfo, entered_step, left_step
+from ..telemetry.hooks import NOOP_PASS, PassHooks
 from .barrier import ParkBarrier
 from .commits import PassCommits
 from .compensation import Compensation
@@ -68,8 +69,11 @@ class PassSteps:
         control: PassControl,
         barrier: ParkBarrier,
         commits: PassCommits,
+        telemetry: PassHooks = NOOP_PASS,
     ) -> None:
         self.run: Run = claim.run
+        self._telemetry = telemetry
+        self._traceparent = claim.traceparent
         self._token = claim.lease_token
         self._services = services
         self._control = control
@@ -142,6 +146,7 @@ class PassSteps:
             started = self.now()
             self._step_attempts += 1
             token = entered_step(StepInfo(self.run.id, key, attempt))
+            observed = self._telemetry.step_began(key, kind, attempt)
             try:
                 value = await self._invoke(fn, timeout, key)
                 output = encode(
@@ -149,12 +154,15 @@ class PassSteps:
                     what=f"the output of step {key!r}",
                     max_bytes=self._services.max_payload_bytes,
                 )
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
+                self._telemetry.step_ended(observed, exc)
                 raise
             except Exception as exc:
+                self._telemetry.step_ended(observed, exc)
                 return await self._step_error(key, kind, exc, attempt, started, retry)
             finally:
                 left_step(token)
+            self._telemetry.step_ended(observed, None)
             # Only this worker writes "run" rows of this run (fenced), so the value is
             # final: hand it to the body now and commit the row with the next transition.
             self._commits.defer(
@@ -233,6 +241,7 @@ class PassSteps:
             },
         )
         wake_at = self.now() + timedelta(seconds=delay)
+        self._telemetry.step_retried(key)
         # The attempt is counted in the park transition.
         request = self._barrier.request("retry", wake_at, steps=(write,), events=(event,))
         with self._barrier.paused():
@@ -370,6 +379,8 @@ class PassSteps:
             retention_days=30 if definition is None else definition.retention_days,
             parent_id=self.run.id,
             parent_step=key,
+            # The child's spans join this pass's trace (or the run's stored one).
+            traceparent=self._telemetry.traceparent() or self._traceparent,
         )
         timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
         waits = () if timeout_at is None else (WaitWrite(key, "~child", None, timeout_at),)

@@ -4,6 +4,7 @@ docs/api.md and docs/dashboard.md."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,8 @@ from fastapi.staticfiles import StaticFiles
 
 from .._version import __version__
 from ..app import App
+from ..maintenance import sweep_forever
+from ..telemetry.live import enable_metrics
 from . import dashboard
 from .errors import install_error_handlers
 from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
@@ -30,10 +33,21 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     """The ASGI application of the REST API for ``app``. With ``tokens``, every request
     but ``/healthz`` and ``/openapi.json`` needs one as a bearer token."""
 
+    enable_metrics()  # the server counts what it does (signals, sweeps) for /metrics
+
     @asynccontextmanager
     async def lifespan(_api: FastAPI) -> AsyncIterator[None]:
-        yield
-        await app.close_async()
+        # The retention sweeper runs in the server too, so a deployment whose workers
+        # come and go still deletes expired runs.
+        sweeper = asyncio.create_task(
+            sweep_forever(app.sweep_async, app.settings.sweep_interval), name="perdure-sweeper"
+        )
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+            await app.close_async()
 
     api = FastAPI(
         title="perdure",

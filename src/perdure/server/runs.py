@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from ..app import App
 from ..errors import RunNotFound, ValidationError
 from ..records import Run
+from ..telemetry.tracing import remote_parent
 from .common import ERRORS, Cursor, Limit, app_of
 from .models import CancelOut, EventOut, List, RunOut, SignalOut, StartIn, StartOut, StepOut
 from .paging import page_of
@@ -41,19 +42,21 @@ async def start_run(
     name: str, request: Request, response: Response, body: StartIn | None = None
 ) -> StartOut:
     """Start a run of workflow ``name`` (one committed insert; it runs whether or not a
-    worker is up). An ``idempotencyKey`` or ``runId`` that exists returns that run."""
+    worker is up). An ``idempotencyKey`` or ``runId`` that exists returns that run.
+    A W3C ``traceparent`` header makes the run's spans join the caller's trace."""
     app = app_of(request)
     start = body or StartIn()
-    handle = await app.start_async(
-        name,
-        start.input,
-        idempotency_key=start.idempotency_key,
-        priority=start.priority,
-        delay=start.delay_seconds,
-        version=start.version,
-        retention_days=start.retention_days,
-        run_id=start.run_id,
-    )
+    with remote_parent(request.headers.get("traceparent")):
+        handle = await app.start_async(
+            name,
+            start.input,
+            idempotency_key=start.idempotency_key,
+            priority=start.priority,
+            delay=start.delay_seconds,
+            version=start.version,
+            retention_days=start.retention_days,
+            run_id=start.run_id,
+        )
     run = await app.get_run_async(handle.id)
     if not handle.created:
         response.status_code = 200
@@ -119,7 +122,8 @@ async def signal_run(
     or is buffered for its next one. The same ``idempotencyKey`` delivers once."""
     app = app_of(request)
     await run_of(app, name, run_id)
-    delivered = await app.signal_async(run_id, event, payload, idempotency_key=idempotency_key)
+    with remote_parent(request.headers.get("traceparent")):  # its span joins the caller's trace
+        delivered = await app.signal_async(run_id, event, payload, idempotency_key=idempotency_key)
     return SignalOut(delivered=delivered)
 
 

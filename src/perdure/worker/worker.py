@@ -36,7 +36,7 @@ from ..engine.services import RunServices
 from ..engine.suspend import engine_error
 from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
-from ..maintenance import sweep_forever
+from ..maintenance import sweep_forever, sweep_once
 from ..names import validate_pattern
 from ..records import (
     Claim,
@@ -47,6 +47,9 @@ from ..records import (
     Transition,
     WorkerInfo,
 )
+from ..telemetry.endpoint import MetricsEndpoint
+from ..telemetry.exposition import require as require_metrics
+from ..telemetry.live import current as current_telemetry
 from ..validation import check_int
 from .active import ActiveRuns
 from .committer import Committer
@@ -82,6 +85,10 @@ class Worker:
             change watcher wakes it within milliseconds for other processes' work).
         shutdown_timeout: how long a graceful stop waits for in-flight steps before
             cancelling them and releasing their runs. Default: the lease.
+        metrics_port: serve Prometheus metrics at ``http://metrics_host:port/metrics``
+            (0: any free port, see `metrics_port`); default: none.
+        metrics_host: the address the metrics endpoint listens on. Default ``127.0.0.1``
+            (``0.0.0.0`` for a scraper on another host).
     """
 
     def __init__(
@@ -95,8 +102,20 @@ class Worker:
         lease: Duration = "30s",
         poll_interval: Duration | None = None,
         shutdown_timeout: Duration | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         check_int(concurrency, "concurrency", minimum=1)
+        if metrics_port is not None:
+            check_int(metrics_port, "metrics_port", minimum=0)
+            if metrics_port > 65535:
+                raise ValidationError(f"metrics_port must be at most 65535, got {metrics_port}")
+            if not isinstance(metrics_host, str) or not metrics_host:
+                raise ValidationError(f"metrics_host must be an address, got {metrics_host!r:.80}")
+            require_metrics()  # a clear error now, not at the first scrape
+        self._metrics_at = None if metrics_port is None else (metrics_host, metrics_port)
+        #: the port the metrics endpoint listens on, once the worker serves
+        self.metrics_port: int | None = None
         if isinstance(workflows, str):
             workflows = [workflows]
         self._registry = registry
@@ -281,6 +300,11 @@ class Worker:
             backend, pairs = await self._start_up()
         except StoppedAtStart:
             return  # stopped before the database answered
+        try:
+            endpoint = await self._serve_metrics(backend, pairs)
+        except ConfigurationError:
+            await self._deregister(backend)
+            raise
         unsubscribe = await backend.listen(self._on_notice)
         # A commit is retried through a database outage of up to two minutes (or four
         # leases): the fence makes retrying safe, and the run stays this worker's.
@@ -289,6 +313,7 @@ class Worker:
             max_workers=min(64, max(8, 2 * self.concurrency)), thread_name_prefix="perdure-step"
         )
         settings = self._settings
+        telemetry = current_telemetry()
         services = RunServices(
             commit=committer.submit,
             executor=executor,
@@ -299,10 +324,16 @@ class Worker:
             max_payload_bytes=settings.max_payload_bytes,
             max_claims_without_progress=settings.max_claims_without_progress,
             cancel=backend.cancel_run,
+            telemetry=telemetry,
         )
         side_tasks = [
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
-            asyncio.create_task(sweep_forever(backend, self._settings), name="perdure-sweeper"),
+            asyncio.create_task(
+                sweep_forever(
+                    lambda: sweep_once(backend, settings, telemetry), settings.sweep_interval
+                ),
+                name="perdure-sweeper",
+            ),
         ]
         log.info(
             "worker %s serving %s with concurrency %d on %s",
@@ -320,14 +351,30 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*side_tasks, return_exceptions=True)
             await unsubscribe()
-            try:
-                await backend.deregister_worker(self.id)
-            except BackendError as exc:
-                log.warning("could not deregister worker %s: %s", self.id, exc)
+            if endpoint is not None:
+                await endpoint.close()
+            await self._deregister(backend)
             executor.shutdown(wait=False, cancel_futures=True)
             if self._own_loop:  # in a caller's loop, the app's backend is the caller's too
                 await self._connections.release_loop()
             log.info("worker %s stopped", self.id)
+
+    async def _deregister(self, backend: Backend) -> None:
+        try:
+            await backend.deregister_worker(self.id)
+        except BackendError as exc:
+            log.warning("could not deregister worker %s: %s", self.id, exc)
+
+    async def _serve_metrics(
+        self, backend: Backend, pairs: tuple[tuple[str, int], ...]
+    ) -> MetricsEndpoint | None:
+        if self._metrics_at is None:
+            return None
+        host, port = self._metrics_at
+        endpoint = MetricsEndpoint(backend, [name for name, _v in pairs], port, host)
+        await endpoint.start()
+        self.metrics_port = endpoint.port
+        return endpoint
 
     async def _claim_loop(
         self, backend: Backend, pairs: tuple[tuple[str, int], ...], services: RunServices

@@ -113,7 +113,9 @@ def step_from_row(row: Sequence[Any]) -> Step:
 def claim_from_row(row: Sequence[Any]) -> Claim:
     """A `Claim` from a claim_runs row: the run, lease columns, journal and waits (JSON)."""
     run = run_from_row(row)
-    token, since_progress, step_attempts, recovered, now, journal, waits = row[RUN_WIDTH:]
+    token, since_progress, step_attempts, recovered, now, journal, waits, traceparent = row[
+        RUN_WIDTH:
+    ]
     poison = next((v for v in (run.input, journal, waits) if isinstance(v, Undecodable)), None)
     if poison is not None:  # the worker fails the run; it never replays it
         journal, waits = (), ()
@@ -127,6 +129,7 @@ def claim_from_row(row: Sequence[Any]) -> Claim:
         step_attempts=step_attempts,
         recovered=bool(recovered),
         poison=None if poison is None else str(poison),
+        traceparent=traceparent,
     )
 
 
@@ -239,6 +242,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
                         "deadline_at": _iso(c.deadline_at),
                         "retention_days": c.retention_days,
                         "parent_step": c.parent_step,
+                        "traceparent": c.traceparent,
                     }
                     for c in t.children
                 ]

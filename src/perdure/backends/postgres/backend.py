@@ -41,6 +41,7 @@ from ...records import (
     NewRun,
     Page,
     Published,
+    QueueGauge,
     Run,
     SignalOutcome,
     Step,
@@ -464,6 +465,10 @@ class PostgresBackend(Operations, Backend):
             return None
         row = await self._db.one(QUERIES["next_wake_at"], _pairs(workflows))
         return None if row is None else row[0]
+
+    async def queue_gauges(self) -> list[QueueGauge]:
+        rows = await self._db.all(QUERIES["queue_gauges"])
+        return [QueueGauge(*row) for row in rows]
 
     # ------------------------------------------------------------------ maintenance
 

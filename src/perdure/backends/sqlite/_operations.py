@@ -78,6 +78,7 @@ def fork_run(
                 "deadline_at": None,
                 "retention_days": source["retention_days"],
                 "now": now,
+                "traceparent": None,
             },
         )
         if row is None:

@@ -68,6 +68,7 @@ def insert_run(
             "deadline_at": deadline_at,
             "retention_days": new.retention_days,
             "now": now,
+            "traceparent": new.traceparent,
         },
     )
     if row is not None:

@@ -127,6 +127,7 @@ def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
                 step_attempts=run["step_attempts"],
                 recovered=row["status"] == "running",
                 poison=None if poison is None else str(poison),
+                traceparent=run["traceparent"],
             )
         )
     return claims

@@ -37,6 +37,7 @@ from ...records import (
     NewRun,
     Page,
     Published,
+    QueueGauge,
     Run,
     SignalOutcome,
     Step,
@@ -360,6 +361,9 @@ class SQLiteBackend(Backend):
             return 0
         return await self._call(_sweep, max_retention_days, limit)
 
+    async def queue_gauges(self) -> list[QueueGauge]:
+        return await self._call(_queue_gauges)
+
     # ------------------------------------------------------------------ notices
 
     async def watch_run(self, run_id: str, watcher: str, seconds: float | None) -> None:
@@ -405,6 +409,14 @@ def _set_clock_offset(s: Session, seconds: float) -> None:
     with s.write():
         s.run(QUERIES["set_clock_offset"], {"offset": check_offset(seconds, s.clock_offset())})
     s.notify("wake", None)  # due times moved: workers look again
+
+
+def _queue_gauges(s: Session) -> list[QueueGauge]:
+    rows = s.all(QUERIES["queue_gauges"], {"now": s.clock()})
+    return [
+        QueueGauge(r["workflow"], int(r["running"]), int(r["due"]), max(0.0, float(r["lag"])))
+        for r in rows
+    ]
 
 
 def _sweep(s: Session, max_retention_days: int, limit: int) -> int:

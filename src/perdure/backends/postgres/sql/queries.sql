@@ -126,7 +126,7 @@ FROM create_run(
     p_run_at => %(run_at)s::timestamptz, p_deadline_in => %(deadline_in)s::double precision,
     p_deadline_at => %(deadline_at)s::timestamptz,
     p_retention_days => %(retention_days)s::integer, p_parent_id => %(parent_id)s::text,
-    p_parent_step => %(parent_step)s::text
+    p_parent_step => %(parent_step)s::text, p_traceparent => %(traceparent)s::text
 ) AS c
 
 -- name: cancel_run
@@ -336,7 +336,8 @@ SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.atte
                                          s.started_at, s.completed_at) ORDER BY s.seq)
         FROM steps s WHERE s.run_id = c.id),
        (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
-        FROM waits w WHERE w.run_id = c.id)
+        FROM waits w WHERE w.run_id = c.id),
+       c.traceparent
 FROM claimed c
 ORDER BY c.priority, c.id
 
@@ -526,6 +527,18 @@ gone AS (
     DELETE FROM runs r USING doomed d WHERE r.id = d.id RETURNING r.id
 )
 SELECT count(*)::integer FROM gone
+
+-- name: queue_gauges
+-- Per workflow with live runs: running, due for a claim, and the oldest due one's wait.
+SELECT workflow,
+       count(*) FILTER (WHERE status = 'running')::integer,
+       count(*) FILTER (WHERE status <> 'running' AND available_at <= perdure_now())::integer,
+       coalesce(extract(epoch FROM perdure_now() - min(available_at) FILTER (
+           WHERE status <> 'running' AND available_at <= perdure_now())), 0)::double precision
+FROM runs
+WHERE status IN ('pending', 'waiting', 'running')
+GROUP BY workflow
+ORDER BY workflow
 
 -- name: defer_unavailable
 -- Park due runs of the served names whose version no served pair has (5 s doubling to 5 min).

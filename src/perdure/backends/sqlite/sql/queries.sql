@@ -64,11 +64,11 @@ LIMIT 1
 INSERT INTO runs (
     id, workflow, version, status, input, attempt, priority, idempotency_key,
     parent_id, parent_step, available_at, lease_token, deadline_at, retention_days,
-    claims_since_progress, step_attempts, created_at, updated_at
+    claims_since_progress, step_attempts, created_at, updated_at, traceparent
 ) VALUES (
     :id, :workflow, :version, 'pending', :input, 1, :priority, :idempotency_key,
     :parent_id, :parent_step, :available_at, 0, :deadline_at, :retention_days,
-    0, 0, :now, :now
+    0, 0, :now, :now, :traceparent
 )
 ON CONFLICT DO NOTHING
 RETURNING
@@ -356,7 +356,7 @@ UPDATE runs SET
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING
-    {{_run_columns}}
+    {{_run_columns}}, traceparent
 
 -- name: claim_journals
 -- The journals of the runs of a JSON id list, each in write order.
@@ -626,3 +626,15 @@ ORDER BY seq
 -- name: set_run_error
 -- Replace a run's error.
 UPDATE runs SET error = :error WHERE id = :id
+
+-- name: queue_gauges
+-- Per workflow with live runs: running, due for a claim, and the oldest due one's wait.
+SELECT workflow,
+       sum(status = 'running') AS running,
+       sum(status <> 'running' AND available_at <= :now) AS due,
+       coalesce(:now - min(CASE WHEN status <> 'running' AND available_at <= :now
+                                THEN available_at END), 0.0) AS lag
+FROM runs
+WHERE status IN ('pending', 'waiting', 'running')
+GROUP BY workflow
+ORDER BY workflow

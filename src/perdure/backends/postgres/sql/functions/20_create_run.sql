@@ -5,14 +5,14 @@
 -- (created false); if its input differs, a 'duplicate_start' event records that. An
 -- id that names a run of another workflow is PD001.
 -- Times: p_run_at, else perdure_now() + p_delay seconds; p_deadline_at, else perdure_now() +
--- p_deadline_in seconds (NULL: no deadline).
+-- p_deadline_in seconds (NULL: no deadline). p_traceparent: the starter's W3C trace context.
 CREATE OR REPLACE FUNCTION create_run(
     p_id text, p_workflow text, p_version integer, p_input jsonb,
     p_priority integer DEFAULT 100, p_idempotency_key text DEFAULT NULL,
     p_delay double precision DEFAULT 0, p_run_at timestamptz DEFAULT NULL,
     p_deadline_in double precision DEFAULT NULL, p_deadline_at timestamptz DEFAULT NULL,
     p_retention_days integer DEFAULT 30, p_parent_id text DEFAULT NULL,
-    p_parent_step text DEFAULT NULL,
+    p_parent_step text DEFAULT NULL, p_traceparent text DEFAULT NULL,
     OUT created boolean, OUT run runs
 )
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -60,6 +60,11 @@ BEGIN
     IF p_deadline_at IS NOT NULL THEN
         PERFORM check_time('deadline_at', p_deadline_at);
     END IF;
+    IF p_traceparent IS NOT NULL
+       AND p_traceparent !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        RAISE EXCEPTION 'invalid traceparent %: expected a W3C traceparent (00-<trace>-<span>-<flags>)',
+            quote_literal(left(p_traceparent, 80)) USING ERRCODE = 'PD001';
+    END IF;
     IF (p_parent_id IS NULL) <> (p_parent_step IS NULL) THEN
         RAISE EXCEPTION 'parent_id and parent_step go together' USING ERRCODE = 'PD001';
     END IF;
@@ -72,6 +77,12 @@ BEGIN
     created := v_result.created;
     run := v_result.run;
     IF created THEN
+        -- Only traced starts pay this update (insert_run is shared with children and
+        -- published events, which carry no trace context).
+        IF p_traceparent IS NOT NULL THEN
+            UPDATE runs SET traceparent = p_traceparent WHERE id = p_id;
+            run.traceparent := p_traceparent;
+        END IF;
         RETURN;
     END IF;
     IF run.workflow <> p_workflow THEN

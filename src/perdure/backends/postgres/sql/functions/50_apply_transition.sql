@@ -61,6 +61,10 @@ BEGIN
             coalesce((v_child ->> 'deadline_at')::timestamptz,
                      perdure_now() + make_interval(secs => (v_child ->> 'deadline_in')::double precision)),
             (v_child ->> 'retention_days')::integer, p_run_id, v_child ->> 'parent_step') AS i;
+        IF v_created AND v_child ->> 'traceparent' IS NOT NULL THEN
+            -- The trace context of the parent's pass: the child's spans join its trace.
+            UPDATE runs SET traceparent = v_child ->> 'traceparent' WHERE id = v_child_id;
+        END IF;
         -- The child exists already (the parent was retried): a completed one gives its
         -- output at once; a failed or cancelled one is retried (its end reaches the
         -- parent as any child's does).
