@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..records import Transition, TransitionResult
 
+#: Runs a transactional step's work in one transaction with its transition
+#: (`perdure.backends.base.Backend.transact`).
+Transact = Callable[[Callable[[Any], Awaitable[Transition]]], Awaitable[TransitionResult]]
+
 if TYPE_CHECKING:
     from ..workflow import Registry
 
@@ -29,6 +33,8 @@ class RunServices:
     max_claims_without_progress: int = 10
     #: Cancels a run once its rollbacks ran (`Backend.cancel_run`).
     cancel: Callable[[str], Awaitable[bool]] | None = None
+    #: Runs transactional steps (`Backend.transact`); None: they are not available.
+    transact: Transact | None = None
 
 
 @dataclass(slots=True)

@@ -299,6 +299,7 @@ class Worker:
             max_payload_bytes=settings.max_payload_bytes,
             max_claims_without_progress=settings.max_claims_without_progress,
             cancel=backend.cancel_run,
+            transact=backend.transact,
         )
         side_tasks = [
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
