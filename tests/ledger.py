@@ -103,9 +103,9 @@ class Ledger:
         import psycopg
         from psycopg import sql
 
-        with psycopg.connect(self._base_url(), autocommit=True) as conn:
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.app_schema)))
-            return list(conn.execute(statement).fetchall())  # type: ignore[arg-type]
+        with psycopg.connect(self._base_url(), autocommit=True) as pg:
+            pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.app_schema)))
+            return list(pg.execute(statement).fetchall())  # type: ignore[arg-type]
 
     def writer(self, ctx: Context, step: str, value: int = 0) -> Callable[[Any], Any]:
         """A step function that records (run, step) in the ledger through the step's

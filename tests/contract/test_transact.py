@@ -50,8 +50,8 @@ def _notes(db: Any) -> list[str]:
             conn.close()
     import psycopg
 
-    with psycopg.connect(db.url, autocommit=True) as conn:
-        rows = conn.execute(f"SELECT note FROM {_table(db)} ORDER BY note").fetchall()  # type: ignore[arg-type]
+    with psycopg.connect(db.url, autocommit=True) as pg:
+        rows = pg.execute(f"SELECT note FROM {_table(db)} ORDER BY note").fetchall()  # type: ignore[arg-type]
     return [r[0] for r in rows]
 
 
