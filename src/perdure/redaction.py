@@ -11,7 +11,7 @@ value reads ``"***"``; its key stays.
 
 Text (error messages, tracebacks, log lines) is masked where it shows a configured key
 the way code prints one: ``password=...``, ``"password": "..."``, ``'password': '...'``
-(for patterns whose last key is a plain name).
+(for patterns whose last key is a plain name; ``card.*`` masks ``card=...``).
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ class Redaction:
                 )
             parts = pattern.split(".")
             self._paths.append(tuple(re.compile(fnmatch.translate(p.lower()), re.S) for p in parts))
-            if not _GLOB.search(parts[-1]):
-                names.append(re.escape(parts[-1]))
+            # In text, "card.*" masks what "card=" shows: everything inside a card.
+            literal = [p for p in parts[-2:] if not _GLOB.search(p)]
+            if literal and (literal[-1] == parts[-1] or parts[-1] == "*"):
+                names.append(re.escape(literal[-1]))
         self._text = _text_pattern(names)
         if self.patterns and register:  # perdure's log records are masked from now on
             _LOG_FILTER.add(self)
@@ -113,6 +115,8 @@ class Redaction:
             current = getattr(record, field.name)
             if field.name == "data" and getattr(record, "type", None) == "value":
                 changes["data"] = self._set_value(current)
+            elif field.name == "output" and str(getattr(record, "name", "")).startswith("~set:"):
+                changes["output"] = self._set_value(current)  # the journal row of ctx.set
             elif field.name in _VALUE_FIELDS or field.name == "error":
                 changes[field.name] = self.value(current)
         return dataclasses.replace(record, **changes)
