@@ -3,13 +3,14 @@ user's writes and the step's journal row together or not at all — on each back
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from perdure import App, Context, RetryPolicy, StepFailed
+from perdure import App, Context, RetryPolicy, StepFailed, WorkflowCancelled, current_step
 
 from ..ledger import Ledger
 from .helpers import wait_for
@@ -185,3 +186,66 @@ def test_bad_arguments_are_refused(app: App) -> None:
     with app.worker():
         for what in ("fn", "name", "retry"):
             assert app.run(bad, what, timeout=30) == "ValidationError"
+
+
+def test_an_async_fn_on_either_backend_sees_its_step(app: App, ledger: Ledger) -> None:
+    @app.workflow
+    async def keyed(ctx: Context, _: None) -> str:
+        write = ledger.writer(ctx, "keyed")
+
+        async def with_key(conn: Any) -> str:
+            value = write(conn)
+            if not isinstance(value, int):
+                await value
+            return current_step().idempotency_key
+
+        return await ctx.step.transaction("keyed", with_key)
+
+    with app.worker():
+        handle = app.start(keyed)
+        assert handle.result(timeout=30) == f"{handle.id}:keyed"
+    assert ledger.rows() == [(handle.id, "keyed")]
+
+
+def test_cancelling_a_run_inside_fn_commits_nothing(app: App, ledger: Ledger) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+
+    @app.workflow
+    async def stuck(ctx: Context, _: None) -> None:
+        write = ledger.writer(ctx, "stuck")
+
+        async def slow(conn: Any) -> int:
+            value = write(conn)
+            if not isinstance(value, int):
+                await value
+            entered.set()
+            if ledger.kind == "sqlite":  # on the backend's thread: it cannot be interrupted
+                release.wait(30)
+            else:
+                await asyncio.sleep(30)  # cancelled with the run's task
+            return 1
+
+        await ctx.step.transaction("stuck", slow)
+
+    @app.workflow
+    async def after(ctx: Context, _: None) -> int:
+        return await ctx.step.transaction("after", ledger.writer(ctx, "after", 3))
+
+    with app.worker():
+        handle = app.start(stuck)
+        assert entered.wait(30)
+        # SQLite: the step holds the file's write lock, so the cancel waits for its
+        # commit; PostgreSQL: the cancel cancels the step's task, rolling it back.
+        cancelling = threading.Thread(target=handle.cancel)
+        cancelling.start()
+        release.set()
+        cancelling.join(30)
+        with pytest.raises(WorkflowCancelled):
+            handle.result(timeout=30)
+        later = app.start(after)  # the connection and the worker are fine
+        assert later.result(timeout=30) == 3
+    journaled = [(handle.id, s.name) for s in app.get_steps(handle.id)]
+    assert ledger.rows() == sorted([(later.id, "after"), *journaled])  # together or not at all
+    if ledger.kind == "postgres":
+        assert journaled == []
