@@ -4,6 +4,7 @@ decoded values — on each backend."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -232,3 +233,33 @@ def test_transactional_step_results_are_sealed_too(app: App, database) -> None: 
     with app.worker():
         assert app.run(txn, timeout=30) == SECRETS["step"]
     assert SECRETS["step"] not in raw_rows(database)
+
+
+class _Inflating:
+    """A codec whose text for the value "huge" is over the stored-value limit."""
+
+    def encode(self, value: Any) -> str:
+        return "x" * (11 * 1024 * 1024) if value == "huge" else json.dumps(value)
+
+    def decode(self, data: str) -> Any:
+        return json.loads(data)
+
+
+def test_a_value_too_large_once_encoded_fails_its_run_not_the_batch(database) -> None:  # type: ignore[no-untyped-def]
+    app = App(database.url, schema=database.schema, sweep_interval=0, codec=_Inflating())
+    try:
+
+        @app.workflow
+        async def grows(ctx: Context, what: str) -> str:
+            return await ctx.step.run("s", lambda: what.removeprefix("make-"))
+
+        with app.worker():
+            small = app.start(grows, "small")
+            with pytest.raises(WorkflowFailed) as failed:
+                app.run(grows, "make-huge", timeout=30)
+            assert small.result(timeout=30) == "small"
+        assert failed.value.error["type"] == "SerializationError"
+        with pytest.raises(ValidationError):
+            app.start(grows, "huge")  # refused at the start: nothing stored
+    finally:
+        app.close()
