@@ -175,6 +175,26 @@ class StepApi:
         )
         return rebuild(value, return_type(fn))
 
+    @overload
+    async def transaction(
+        self,
+        name: str,
+        fn: Callable[[Any], Awaitable[T]],
+        /,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> T: ...
+
+    @overload
+    async def transaction(
+        self,
+        name: str,
+        fn: Callable[[Any], T],
+        /,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> T: ...
+
     async def transaction(
         self,
         name: str,
@@ -202,7 +222,8 @@ class StepApi:
                 rolls back its writes before the next one runs.
 
         Returns:
-            The JSON-decoded value ``fn`` returned; the same on every replay.
+            The JSON-decoded value ``fn`` returned, the same on every replay; when ``fn``
+            is annotated to return a dataclass or pydantic model, that type.
 
         Raises:
             StepFailed: the step failed for good (also on replay).
@@ -215,7 +236,8 @@ class StepApi:
             raise ValidationError(f"step {name!r}: fn must be callable, got {type(fn).__name__}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ValidationError(f"step {name!r}: retry must be a perdure.RetryPolicy")
-        return await self._runner.transaction(name, fn, retry=retry)
+        value = await self._runner.transaction(name, fn, retry=retry)
+        return rebuild(value, return_type(fn))
 
     async def sleep(self, name: str, duration: Duration) -> None:
         """Sleep durably for ``duration`` ("5m", seconds, timedelta); the run parks and

@@ -4,6 +4,7 @@ user's writes and the step's journal row together or not at all — on each back
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -174,11 +175,11 @@ def test_bad_arguments_are_refused(app: App) -> None:
     async def bad(ctx: Context, what: str) -> str:
         try:
             if what == "fn":
-                await ctx.step.transaction("x", 3)  # type: ignore[arg-type]
+                await ctx.step.transaction("x", 3)  # type: ignore[call-overload]
             elif what == "name":
                 await ctx.step.transaction("bad name", lambda conn: None)
             else:
-                await ctx.step.transaction("x", lambda conn: None, retry=3)  # type: ignore[arg-type]
+                await ctx.step.transaction("x", lambda conn: None, retry=3)  # type: ignore[call-overload]
         except ValueError as exc:
             return type(exc).__name__
         return "accepted"
@@ -250,3 +251,33 @@ def test_cancelling_a_run_inside_fn_commits_nothing(app: App, ledger: Ledger) ->
     assert ledger.rows() == sorted([(later.id, "after"), *journaled])  # together or not at all
     if ledger.kind == "postgres":
         assert journaled == []
+
+
+@dataclasses.dataclass
+class Receipt:
+    step: str
+    value: int
+
+
+def test_a_dataclass_result_is_rebuilt_on_first_run_and_replay(app: App, ledger: Ledger) -> None:
+    seen: list[Any] = []
+
+    @app.workflow
+    async def typed(ctx: Context, _: None) -> str:
+        write = ledger.writer(ctx, "typed", 9)
+
+        async def receipt(conn: Any) -> Receipt:
+            value = write(conn)
+            return Receipt("typed", value if isinstance(value, int) else await value)
+
+        got = await ctx.step.transaction("typed", receipt)
+        seen.append(got)
+        await ctx.step.wait_for_event("go")
+        return type(got).__name__
+
+    with app.worker():
+        handle = app.start(typed)
+        wait_for(lambda: app.get_run(handle.id).status == "waiting", 30)
+        handle.signal("go")
+        assert handle.result(timeout=30) == "Receipt"
+    assert seen == [Receipt("typed", 9), Receipt("typed", 9)]  # the replay too
