@@ -173,7 +173,7 @@ class _LogFilter(logging.Filter):
         self._lock = threading.Lock()
         self._patterns: list[str] = []
         self._redaction: Redaction | None = None
-        self._installed = False
+        self._installed: set[str] = set()
 
     def add(self, redaction: Redaction) -> None:
         with self._lock:
@@ -181,10 +181,14 @@ class _LogFilter(logging.Filter):
             if new:
                 self._patterns.extend(new)
                 self._redaction = Redaction(self._patterns, register=False)
-            if not self._installed:
-                for name in self.LOGGERS:
-                    logging.getLogger(name).addFilter(self)
-                self._installed = True
+            # Every perdure logger: the named ones and any other module's (created at
+            # import, so they exist by the time an App is made).
+            known = [
+                n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] == "perdure"
+            ]
+            for name in {*self.LOGGERS, *known} - self._installed:
+                logging.getLogger(name).addFilter(self)
+                self._installed.add(name)
 
     def filter(self, record: logging.LogRecord) -> bool:
         redaction = self._redaction
