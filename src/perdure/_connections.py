@@ -12,8 +12,10 @@ import asyncio
 import concurrent.futures
 import threading
 
+from ._codec_backend import CodecBackend
 from .backends import create_backend
 from .backends.base import Backend
+from .codec import Codec
 from .records import WorkflowRecord
 from .settings import Settings
 from .workflow import Registry
@@ -26,8 +28,11 @@ _SHARED = "shared"
 class Connections:
     """Opens, migrates, hands out and closes the backends of one app."""
 
-    def __init__(self, settings: Settings, registry: Registry, *, migrate: bool) -> None:
+    def __init__(
+        self, settings: Settings, registry: Registry, *, migrate: bool, codec: Codec | None = None
+    ) -> None:
         self._settings = settings
+        self._codec = codec
         self._registry = registry
         self._migrate = migrate
         self._migrated = False
@@ -41,7 +46,8 @@ class Connections:
         self._synced = -1
 
     def _new_backend(self) -> Backend:
-        return create_backend(self._settings.database_url, schema=self._settings.schema)
+        backend = create_backend(self._settings.database_url, schema=self._settings.schema)
+        return backend if self._codec is None else CodecBackend(backend, self._codec)
 
     async def backend(self) -> Backend:
         """The backend of the running loop, opened (and migrated) on first use, with the

@@ -26,6 +26,7 @@ from ._recovery import Recovery
 from ._run_ends import RunEnd, run_ends
 from ._steering import Steering
 from .backends.base import Backend
+from .codec import Codec, check_codec
 from .durations import Duration, to_seconds
 from .errors import (
     TimeoutError,
@@ -40,6 +41,7 @@ from .records import (
     NewRun,
     Notice,
 )
+from .redaction import Redaction
 from .retry import RetryPolicy
 from .serialization import encode
 from .settings import Settings
@@ -66,6 +68,11 @@ class App(Recovery, Steering):
         schema: the PostgreSQL schema (default ``PERDURE_SCHEMA`` or ``perdure``).
         migrate: apply the schema migrations when the app first touches the database
             (default True; see also ``perdure migrate``).
+        codec: encodes every stored input, output and payload (e.g.
+            `perdure.codec.FernetCodec` to encrypt them); see docs/security.md.
+        redact: keys whose values the server, the CLI and the logs mask (``"password"``,
+            ``"card.*"``: dotted paths, ``*`` matching any one key); stored values are
+            untouched. See docs/security.md.
         **settings: overrides of `perdure.settings.Settings` fields.
     """
 
@@ -75,12 +82,20 @@ class App(Recovery, Steering):
         *,
         schema: str | None = None,
         migrate: bool = True,
+        codec: Codec | None = None,
+        redact: Iterable[str] | None = None,
         **settings: Any,
     ) -> None:
         self.settings = Settings.load(database_url, schema=schema, **settings)
+        #: The payload codec (None: values are stored as they are); see perdure.codec.
+        self.codec = None if codec is None else check_codec(codec)
+        #: Masks the configured keys in what the server, the CLI and the logs show.
+        self.redaction = Redaction(redact)
         self._registry = Registry()
         self._portal = Portal()
-        self._connections = Connections(self.settings, self._registry, migrate=migrate)
+        self._connections = Connections(
+            self.settings, self._registry, migrate=migrate, codec=self.codec
+        )
 
     def __repr__(self) -> str:
         from .backends import redact_url

@@ -62,6 +62,11 @@ class StepRuntime(Protocol):
     ) -> Any:
         """Run (or replay) one step."""
 
+    async def transaction(
+        self, name: str, fn: Callable[[Any], Any], *, retry: RetryPolicy | None = None
+    ) -> Any:
+        """Run (or replay) one transactional step."""
+
     async def sleep_until(self, name: str, when: datetime) -> None:
         """Park durably until ``when``."""
 
@@ -168,6 +173,70 @@ class StepApi:
         value = await self._runner.run_step(
             name, call, retry=retry, timeout=seconds, rollback=rollback
         )
+        return rebuild(value, return_type(fn))
+
+    @overload
+    async def transaction(
+        self,
+        name: str,
+        fn: Callable[[Any], Awaitable[T]],
+        /,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> T: ...
+
+    @overload
+    async def transaction(
+        self,
+        name: str,
+        fn: Callable[[Any], T],
+        /,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> T: ...
+
+    async def transaction(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        /,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Call ``fn(conn)`` with the connection of the transaction that journals this
+        step: the writes ``fn`` makes through ``conn`` and the step's result commit
+        together or not at all, so the step takes effect exactly once (not at least
+        once, as `run` does). On replay the journaled result is returned without
+        calling ``fn``.
+
+        Args:
+            name: the step's name.
+            fn: called with the connection: on PostgreSQL a psycopg ``AsyncConnection``
+                on the application's database (its own search path, not perdure's
+                schema), so ``fn`` is normally an ``async def``; on SQLite the
+                ``sqlite3.Connection`` of the run database, for tables in the same file
+                (``fn`` runs on the backend's thread and holds the file's write lock:
+                keep it short). A function that returns an awaitable is awaited. ``fn``
+                must not commit or roll back; perdure does.
+            retry: the step's `RetryPolicy` (default as for `run`). A failed attempt
+                rolls back its writes before the next one runs.
+
+        Returns:
+            The JSON-decoded value ``fn`` returned, the same on every replay; when ``fn``
+            is annotated to return a dataclass or pydantic model, that type.
+
+        Raises:
+            StepFailed: the step failed for good (also on replay).
+
+        If the run's lease was lost meanwhile (another worker owns the run), nothing
+        commits: neither the row nor the writes. See docs/exactly-once.md.
+        """
+        validate_step_name(name)
+        if not callable(fn):
+            raise ValidationError(f"step {name!r}: fn must be callable, got {type(fn).__name__}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValidationError(f"step {name!r}: retry must be a perdure.RetryPolicy")
+        value = await self._runner.transaction(name, fn, retry=retry)
         return rebuild(value, return_type(fn))
 
     async def sleep(self, name: str, duration: Duration) -> None:

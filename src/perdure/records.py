@@ -381,10 +381,13 @@ class TransitionResult:
     ``ok`` is False when the lease was lost (nothing written). ``existing`` holds
     journal rows that already existed as completed or failed for keys the transition
     tried to write (a signal or another writer got there first): the stored row wins.
+    ``failed`` is the error the run was failed with instead of the transition, when a
+    layer in front of the database could not store it (a value too large once encoded).
     """
 
     ok: bool
     existing: tuple[Step, ...] = ()
+    failed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ import abc
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..records import (
     Claim,
@@ -52,12 +53,15 @@ from ..records import (
     WorkflowSummary,
 )
 
-__all__ = ["Backend", "NoticeCallback", "Unsubscribe", "deliver"]
+__all__ = ["Backend", "NoticeCallback", "TransactionWork", "Unsubscribe", "deliver"]
 
 log = logging.getLogger("perdure.backends")
 
 NoticeCallback = Callable[[Notice], None]
 Unsubscribe = Callable[[], Awaitable[None]]
+#: The work of a transactional step (`Backend.transact`): given the connection of the
+#: open transaction, it does the user's writes and returns the transition to apply.
+TransactionWork = Callable[[Any], Awaitable[Transition]]
 
 
 class Backend(abc.ABC):
@@ -353,6 +357,26 @@ class Backend(abc.ABC):
           ``deadline_at`` (so a long backoff cannot outlive the deadline), lease
           cleared.
         * `Release`: lease cleared and claimable now, status ``waiting``, no wake reason.
+        """
+
+    @abc.abstractmethod
+    async def transact(self, work: TransactionWork) -> TransitionResult:
+        """Run ``work`` inside a transaction and apply the transition it returns in that
+        same transaction: the writes ``work`` made and the transition commit together
+        or not at all (transactional steps).
+
+        ``work(connection)`` gets the connection of the open transaction: PostgreSQL, a
+        psycopg ``AsyncConnection`` on the application's database with its own search
+        path (not perdure's schema), awaited on the caller's event loop; SQLite, the
+        backend's ``sqlite3.Connection`` inside ``BEGIN IMMEDIATE``, run on the
+        backend's thread under a private event loop (the connection belongs to that
+        thread). ``work`` must neither commit nor roll back; a ``work`` that raises
+        rolls everything back and its exception propagates unchanged.
+
+        The transition is fenced as in `apply`: when the fence fails, everything is
+        rolled back and the result has ``ok=False``. When a journal key it writes
+        already held a final row, everything is rolled back too and the result has
+        ``ok=True`` with that row in ``existing`` (the stored row wins).
         """
 
     @abc.abstractmethod

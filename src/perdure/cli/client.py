@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -12,14 +15,37 @@ from ..app import App
 from ..durations import moment
 from ..errors import ValidationError
 
-__all__ = ["client", "json_arg", "time_arg"]
+__all__ = ["client", "json_arg", "load_app", "time_arg"]
 
 
 def client(ctx: click.Context) -> App:
-    """The App of this command (closed when the command ends)."""
-    app = App(ctx.obj["database"], schema=ctx.obj["schema"])
+    """The App of this command (closed when the command ends): the one ``--app`` names
+    (its codec and redaction apply), else one on ``--database``."""
+    spec = ctx.obj.get("app")
+    app = load_app(spec) if spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
     ctx.call_on_close(app.close)
     return app
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"APP must look like module:attribute, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}")
+    if not isinstance(obj, App):
+        raise click.BadParameter(f"{spec} is a {type(obj).__name__}, not a perdure.App")
+    return obj
 
 
 def json_arg(value: str | None, what: str) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -24,32 +23,11 @@ from ..errors import PerdureError
 from ..records import WorkerInfo
 from ..telemetry.setup import configure_tracing
 from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
-from .client import client, json_arg
+from .client import client, json_arg, load_app
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
 from .runs import runs
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` (the current directory is importable) and return the App."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise click.BadParameter(f"APP must look like module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}")
-    if not isinstance(obj, App):
-        raise click.BadParameter(f"{spec} is a {type(obj).__name__}, not a perdure.App")
-    return obj
 
 
 class _Group(click.Group):
@@ -67,6 +45,13 @@ class _Group(click.Group):
     help="Database URL (sqlite:///file.db or postgresql://...). Env: PERDURE_DATABASE_URL.",
 )
 @click.option("--schema", envvar="PERDURE_SCHEMA", help="PostgreSQL schema (default perdure).")
+@click.option(
+    "--app",
+    "app_spec",
+    envvar="PERDURE_APP",
+    help="Your App as module:attribute: its codec and redaction apply to what commands "
+    "read and print. Env: PERDURE_APP.",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.option(
     "--log-format",
@@ -78,7 +63,12 @@ class _Group(click.Group):
 )
 @click.pass_context
 def cli(
-    ctx: click.Context, database: str | None, schema: str | None, verbose: int, log_format: str
+    ctx: click.Context,
+    database: str | None,
+    schema: str | None,
+    app_spec: str | None,
+    verbose: int,
+    log_format: str,
 ) -> None:
     """perdure: durable workflows journaled in PostgreSQL or SQLite."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
@@ -87,7 +77,7 @@ def cli(
         os.environ["PERDURE_DATABASE_URL"] = database  # apps built by APP modules see it too
     if schema:
         os.environ["PERDURE_SCHEMA"] = schema
-    ctx.obj = {"database": database, "schema": schema}
+    ctx.obj = {"database": database, "schema": schema, "app": app_spec}
 
 
 cli.add_command(runs)
@@ -172,7 +162,8 @@ def serve(ctx: click.Context, app_spec: str | None, host: str, port: int) -> Non
         fail("the server needs its extra: pip install 'perdure[server]'")
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
-    app = load_app(app_spec) if app_spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
+    spec = app_spec or ctx.obj["app"]
+    app = load_app(spec) if spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
     configure_tracing()
     try:
         run_server(app, host=host, port=port)
@@ -226,7 +217,8 @@ def start(
     if handle.warning is not None:
         err_console.print(f"warning: {handle.warning}")
     if wait:
-        console.print_json(json.dumps(app.result(handle.id, timeout=timeout)))
+        output = app.redaction.value(app.result(handle.id, timeout=timeout))
+        console.print_json(json.dumps(output))
 
 
 @cli.command()

@@ -122,7 +122,9 @@ def runs_cancel(
 @click.pass_context
 def runs_watch(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Follow a run live: its history, then each event as it happens, until it ends."""
-    for event in client(ctx).watch(run_id):
+    app = client(ctx)
+    for seen in app.watch(run_id):
+        event = app.redaction.record(seen)
         if as_json:
             emit_json({"type": event.type, "data": event.data, "created_at": event.created_at})
             continue

@@ -87,7 +87,8 @@ def runs_list(
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
-    page = client(ctx).list_runs(
+    app = client(ctx)
+    page = app.list_runs(
         workflow=workflow,
         status=status,
         since=time_arg(since, "--since"),
@@ -97,10 +98,11 @@ def runs_list(
         limit=limit,
         cursor=cursor,
     )
+    items = [app.redaction.record(r) for r in page.items]
     if as_json:
-        emit_json({"items": page.items, "next_cursor": page.next_cursor})
+        emit_json({"items": items, "next_cursor": page.next_cursor})
         return
-    console.print(_runs_table(page.items))
+    console.print(_runs_table(items))
     if page.next_cursor:
         console.print(f"next page: --cursor {page.next_cursor}")
 
@@ -113,9 +115,10 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show one run: its timeline with durations, each failed attempt's error, what it
     waits for, and its parent and children."""
     app = client(ctx)
-    run = app.get_run(run_id)
-    steps = app.get_steps(run_id)
-    events = app.get_events(run_id)
+    shown = app.redaction  # the configured keys masked
+    run = shown.record(app.get_run(run_id))
+    steps = [shown.record(s) for s in app.get_steps(run_id)]
+    events = [shown.record(e) for e in app.get_events(run_id)]
     children = _children(app, run_id)
     if as_json:
         emit_json(

@@ -10,14 +10,20 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from ..errors import BackendError
 from ..records import StepWrite, Transition, TransitionResult
 from .barrier import ParkBarrier
 from .control import PassControl
+from .services import Transact
 from .suspend import AbandonSignal, Suspend
 
 log = logging.getLogger("perdure.engine")
+
+#: A transactional step's work: given the open transaction's connection, the user's
+#: writes, then the transition to commit with them.
+TransactionWork = Callable[[Any], Awaitable[Transition]]
 
 #: How long a deferred row waits for a transition to ride with before its own commit.
 _FLUSH_AFTER = 0.002
@@ -81,8 +87,27 @@ class PassCommits:
             raise AbandonSignal("lease lost")
         return result
 
-    async def commit_last(self, transition: Transition, label: str) -> bool:
-        """Commit the transition that ends the pass; False if it could not be (the
+    async def transact(self, transact: Transact, work: TransactionWork) -> TransitionResult:
+        """Run a transactional step's work and commit its transition in one database
+        transaction; a failed or fenced-out commit abandons the pass and raises
+        `AbandonSignal` (the user's writes were rolled back with it). An exception of
+        ``work`` propagates unchanged."""
+        self._control.check()
+        try:
+            result = await transact(work)
+        except BackendError as exc:
+            # Also a commit whose answer was lost: the next claim's replay finds the row
+            # if it committed, and runs the step again if it did not.
+            log.warning("run %s: transaction failed, abandoning this pass: %s", self._run_id, exc)
+            self._control.abandon("commit failed")
+            raise AbandonSignal("commit failed") from None
+        if not result.ok:
+            self._control.abandon("lease lost")
+            raise AbandonSignal("lease lost")
+        return result
+
+    async def commit_last(self, transition: Transition, label: str) -> TransitionResult | None:
+        """Commit the transition that ends the pass; None if it could not be (the
         pass is then simply dropped: another worker or a later claim takes the run)."""
         if self._flushing is not None:
             await asyncio.wait({self._flushing})
@@ -90,11 +115,11 @@ class PassCommits:
             result = await self._commit(self._with_deferred(transition))
         except BackendError as exc:
             log.warning("run %s: could not commit its %s outcome: %s", self._run_id, label, exc)
-            return False
+            return None
         if not result.ok:
             log.info("run %s: lease lost before its %s outcome; dropped", self._run_id, label)
-            return False
-        return True
+            return None
+        return result
 
     def _with_deferred(self, transition: Transition) -> Transition:
         if self._flush_timer is not None:

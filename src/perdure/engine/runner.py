@@ -287,7 +287,7 @@ class Runner:
             failed,
         )
         transition = Transition(self.run.id, self.token, events=(event,))
-        if not await self._commits.commit_last(transition, "cancelled"):
+        if await self._commits.commit_last(transition, "cancelled") is None:
             return PassResult("abandoned")
         cancel = self.services.cancel
         assert cancel is not None, "a worker gives its runs a way to cancel"
@@ -317,9 +317,12 @@ class Runner:
             if isinstance(ending, Transition)
             else Transition(self.run.id, self.token, outcome=ending)
         )
-        if not await self._commits.commit_last(transition, label):
+        committed = await self._commits.commit_last(transition, label)
+        if committed is None:
             return PassResult("abandoned")
         outcome = transition.outcome
+        if committed.failed is not None:  # stored as a failure instead (see TransitionResult)
+            outcome, label = Fail(committed.failed), "failed"
         error = outcome.error if isinstance(outcome, Fail | Retry) else None
         # Logged before waiters hear of the outcome, so the line is there when they do.
         log_outcome(self.run, label, error=error, wake_at=wake_at, reason=reason)

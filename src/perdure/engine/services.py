@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..records import Transition, TransitionResult
 from ..telemetry.hooks import NOOP, TelemetryHooks
 
+#: Runs a transactional step's work in one transaction with its transition
+#: (`perdure.backends.base.Backend.transact`).
+Transact = Callable[[Callable[[Any], Awaitable[Transition]]], Awaitable[TransitionResult]]
+
 if TYPE_CHECKING:
     from ..workflow import Registry
 
@@ -32,6 +36,8 @@ class RunServices:
     cancel: Callable[[str], Awaitable[bool]] | None = None
     #: Metrics and spans (`perdure.telemetry`); the default observes nothing.
     telemetry: TelemetryHooks = NOOP
+    #: Runs transactional steps (`Backend.transact`); None: they are not available.
+    transact: Transact | None = None
 
 
 @dataclass(slots=True)

@@ -50,6 +50,7 @@ from .control import PassControl
 from .keys import KeyAllocator
 from .services import RunServices
 from .suspend import FailRunSignal, ReplayEnd, Suspend, engine_error
+from .transaction import FunctionFailed, StepTransaction
 
 #: The journal output of every sibling of a wait for several events that timed out.
 TIMED_OUT = {"~timed_out": True}
@@ -173,6 +174,50 @@ class PassSteps:
             if rollback is not None:
                 self.compensations.append(Compensation(key, rollback, value))
             return value
+
+    async def transaction(
+        self, name: str, fn: Callable[[Any], Any], *, retry: RetryPolicy | None = None
+    ) -> Any:
+        """Run (or replay) one transactional step; see `StepApi.transaction`. Journaled
+        as a ``run`` step: it replays like one."""
+        key = self._keys.next(name)
+        record = self._enter(key, "run")
+        if record is not None and record.status != "retrying":
+            if record.status == "failed":
+                raise StepFailed(key, record.error or {}, record.attempts)
+            return record.output
+        transact = self._services.transact
+        if transact is None:
+            raise FailRunSignal(engine_error(ValidationError("this worker has no transactions")))
+        attempt = (record.attempts if record is not None else 0) + 1
+        self._stop_if_replay_only()
+        self._check_may_run()
+        with self._barrier.working():
+            if self._commits.has_deferred:  # the previous step's row is durable first
+                await self._commits.commit(Transition(self.run.id, self._token))
+            started = self.now()
+            self._step_attempts += 1
+            call = StepTransaction(
+                self.run.id, self._token, key, fn, attempt, started,
+                self._services.max_payload_bytes,
+            )  # fmt: skip
+            token = entered_step(StepInfo(self.run.id, key, attempt))
+            try:
+                result = await self._commits.transact(transact, call.work)
+            except FunctionFailed as failed:
+                return await self._step_error(key, "run", failed.error, attempt, started, retry)
+            except ValidationError as exc:  # fn ended the transaction itself: a final failure
+                return await self._step_error(key, "run", exc, attempt, started, retry)
+            finally:
+                left_step(token)
+        stored = _stored(result, key)
+        if stored is not None:  # a row was there first: it wins, and nothing was written
+            self.journal[key] = stored
+            if stored.status == "failed":
+                raise StepFailed(key, stored.error or {}, stored.attempts)
+            return stored.output
+        self.journal[key] = Step(key, "run", "completed", call.value, None, attempt, started, None)
+        return call.value
 
     def _stop_if_replay_only(self) -> None:
         if self.replay_only:

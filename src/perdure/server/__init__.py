@@ -22,6 +22,7 @@ from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
 from .metrics import router as metrics_router
 from .others import router as others_router
 from .recovery import router as recovery_router
+from .redacting import Redacting
 from .runs import router as runs_router
 
 __all__ = ["create_server", "serve"]
@@ -68,6 +69,8 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     api.state.token_check = TokenCheck(api, tokens).known if tokens else None
     api.add_middleware(TokenCheck, tokens=tokens)
     api.add_middleware(BodyLimit)
+    if app.redaction:
+        api.add_middleware(Redacting, redaction=app.redaction)
     return api
 
 

@@ -4,11 +4,14 @@ OpenAPI document describes every request and answer."""
 from __future__ import annotations
 
 import dataclasses
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from ..redaction import Redaction
 
 __all__ = [
     "ApiError",
@@ -27,6 +30,9 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: The redaction of the App serving the current request (set by `Redacting`).
+SHOWN: ContextVar[Redaction | None] = ContextVar("perdure_shown", default=None)
+
 
 class Model(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown request fields refused."""
@@ -37,7 +43,11 @@ class Model(BaseModel):
 
     @classmethod
     def of(cls, record: Any) -> Any:
-        """The model of a perdure record (a dataclass)."""
+        """The model of a perdure record (a dataclass), its data masked by the serving
+        App's redaction."""
+        redaction = SHOWN.get()
+        if redaction is not None:
+            record = redaction.record(record)
         return cls.model_validate(
             {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
         )

@@ -325,6 +325,7 @@ class Worker:
             max_claims_without_progress=settings.max_claims_without_progress,
             cancel=backend.cancel_run,
             telemetry=telemetry,
+            transact=backend.transact,
         )
         side_tasks = [
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),

@@ -45,6 +45,8 @@ class PgConnections:
         self._min_size = min_size
         self._max_size = max_size
         self._pool: AsyncConnectionPool | None = None
+        self._app_pool: AsyncConnectionPool | None = None
+        self._app_pool_lock = asyncio.Lock()
         self._checker: asyncio.Task[None] | None = None
 
     @property
@@ -107,6 +109,9 @@ class PgConnections:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+        app_pool, self._app_pool = self._app_pool, None
+        if app_pool is not None:
+            await app_pool.close()
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -119,6 +124,41 @@ class PgConnections:
                 yield conn
         except psycopg.Error as exc:
             self._after_failure(exc)
+            raise translate_error(exc) from exc
+
+    @asynccontextmanager
+    async def app_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection as the application sees the database (transactional steps):
+        the connection string's own options and search path, not perdure's schema.
+        Its pool opens on first use and is kept apart from perdure's, so whatever a
+        user's function changes in its session never reaches perdure's connections."""
+        if self._pool is None:
+            raise BackendError("the PostgreSQL backend is not open (call open() first)")
+        async with self._app_pool_lock:
+            if self._app_pool is None:
+                pool = AsyncConnectionPool(
+                    self.dsn,
+                    kwargs={"autocommit": True},
+                    min_size=1,
+                    max_size=self._max_size,
+                    open=False,
+                    name=f"perdure-{self._schema}-app",
+                    timeout=10.0,
+                    reconnect_timeout=5.0,
+                )
+                try:
+                    await pool.open(wait=True, timeout=15.0)
+                except PoolTimeout:
+                    await pool.close()
+                    raise BackendError(
+                        "cannot connect to PostgreSQL: the pool did not start"
+                    ) from None
+                self._app_pool = pool
+            app_pool = self._app_pool
+        try:
+            async with app_pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
             raise translate_error(exc) from exc
 
     def _after_failure(self, exc: psycopg.Error) -> None:

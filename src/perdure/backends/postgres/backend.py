@@ -52,7 +52,7 @@ from ...records import (
     WorkflowSummary,
 )
 from .._cursor import encode_cursor
-from ..base import Backend, NoticeCallback, Unsubscribe
+from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
 from ._clock import set_offset
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
@@ -67,6 +67,7 @@ from ._convert import (
 )
 from ._operations import Operations
 from ._schema import ident, migrate
+from ._transact import transact as transact_in_app
 from .notify import Listener
 
 T = TypeVar("T")
@@ -443,6 +444,9 @@ class PostgresBackend(Operations, Backend):
                 for index, steps in by_index.items():
                     results[index] = TransitionResult(ok=True, existing=tuple(steps))
         return [r if r is not None else TransitionResult(ok=False) for r in results]
+
+    async def transact(self, work: TransactionWork) -> TransitionResult:
+        return await transact_in_app(self._db, self._schema, work)
 
     async def defer_unavailable(self, params: DeferParams) -> list[str]:
         if params.limit <= 0 or not params.workflows:

@@ -14,6 +14,7 @@ same file shares one hub, and other processes find the work by polling.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import os
@@ -50,8 +51,8 @@ from ...records import (
 from ...validation import check_int
 from .._clock import check_offset
 from .._sqlfiles import pending_migrations
-from ..base import Backend, NoticeCallback, Unsubscribe
-from . import _operations, _producers, _reads, _registry, _workers
+from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
+from . import _operations, _producers, _reads, _registry, _transact, _workers
 from ._convert import to_dt
 from ._hub import hub_for
 from ._json import json_contains
@@ -345,6 +346,9 @@ class SQLiteBackend(Backend):
         if not transitions:
             return []
         return await self._call(_workers.apply, list(transitions))
+
+    async def transact(self, work: TransactionWork) -> TransitionResult:
+        return await self._call(_transact.transact, work, contextvars.copy_context())
 
     async def defer_unavailable(self, params: DeferParams) -> list[str]:
         return await self._call(_workers.defer_unavailable, params)

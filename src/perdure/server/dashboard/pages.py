@@ -120,7 +120,7 @@ async def runs(
         request,
         "runs.html",
         status=422 if error else 200,
-        runs=[] if page is None else page.items,
+        runs=[] if page is None else [app.redaction.record(r) for r in page.items],
         filters=filters,
         names=names,
         error=error,
@@ -143,6 +143,11 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
     children = (await app.list_runs_async(parent_id=run.id, limit=100)).items
     values = await app.get_values_async(run_id)
     now = await app.now_async()
+    shown = app.redaction  # what people see has the configured keys masked
+    run, values = shown.record(run), shown.values(values)
+    steps = [shown.record(s) for s in steps]
+    events = [shown.record(e) for e in events]
+    children = [shown.record(c) for c in children]
     return _render(
         request,
         "run.html",
