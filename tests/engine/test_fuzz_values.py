@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from perdure import App, Context, SerializationError
+from perdure import App, Context, SerializationError, WorkflowFailed
+from perdure.serialization import MAX_DEPTH
 
 from .helpers import wait_for
 
@@ -42,6 +44,15 @@ values = st.one_of(
 )
 
 
+def _depth(value: Any) -> int:
+    """Levels of nesting, counted as `perdure.serialization.MAX_DEPTH` counts them."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list | tuple):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, tuple):
         a = list(a)
@@ -71,6 +82,8 @@ def test_any_value_is_refused_cleanly_or_round_trips_exactly(app: App) -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(value=values)
+    @example(value=_deep(None, MAX_DEPTH))  # the output, wrapped once more, is too deep
+    @example(value=_deep(None, MAX_DEPTH - 1))
     def one(value: Any) -> None:
         try:
             handle = app.start(echo, value)
@@ -85,7 +98,14 @@ def test_any_value_is_refused_cleanly_or_round_trips_exactly(app: App) -> None:
         assert _same(value, app.get_run(handle.id).input)
         wait_for(lambda: app.get_run(handle.id).status == "waiting", timeout=30)
         assert app.signal(handle.id, "echo", value)
-        assert _same({"step": value, "signal": value}, handle.result(timeout=30))
+        if _depth(value) < MAX_DEPTH:
+            assert _same({"step": value, "signal": value}, handle.result(timeout=30))
+            return
+        # An input exactly at the limit is stored, but the output wraps it once more.
+        with pytest.raises(WorkflowFailed) as failed:
+            handle.result(timeout=30)
+        assert failed.value.error["type"] == "SerializationError"
+        assert "output" in failed.value.error["message"]
 
     with app.worker(concurrency=4):
         one()
