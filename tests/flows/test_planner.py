@@ -39,7 +39,9 @@ def _handler(sizes: dict[str, Any], fail: set[tuple[str, int]], seen: list[Any])
         st.one_of(st.integers(min_value=0, max_value=3), st.just("obj")),
     ),
 )
-def test_random_flows_keep_the_rules(shape: FlowShape, run_input: Any, sizes: dict[str, Any]) -> None:
+def test_random_flows_keep_the_rules(
+    shape: FlowShape, run_input: Any, sizes: dict[str, Any]
+) -> None:
     seen: list[Any] = []
     outcome = simulate(shape, run_input, _handler(sizes, set(), seen))
     done_before: dict[str, int] = {}

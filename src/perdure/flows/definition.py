@@ -263,12 +263,11 @@ def check_shape(shape: FlowShape, *, require_order: bool = False) -> None:
                     f"step {step.name!r} of flow {shape.name!r} depends on unknown step "
                     f"{dep!r} (define a step's dependencies before it)"
                 )
-        if step.map_over is not None and step.map_over != RUN:
-            if step.map_over not in step.depends_on:
-                raise ValidationError(
-                    f"map step {step.name!r} of flow {shape.name!r} maps over "
-                    f"{step.map_over!r}, which is neither 'run' nor one of its dependencies"
-                )
+        if step.map_over not in (None, RUN, *step.depends_on):
+            raise ValidationError(
+                f"map step {step.name!r} of flow {shape.name!r} maps over "
+                f"{step.map_over!r}, which is neither 'run' nor one of its dependencies"
+            )
     cycle = _find_cycle(shape.steps)
     if cycle:
         raise ValidationError(f"flow {shape.name!r} has a cycle: {' -> '.join(cycle)}")
