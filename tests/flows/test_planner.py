@@ -100,7 +100,7 @@ def test_the_seed_example_input_and_output() -> None:
     )
     first = advance(shape, {"url": "u"}, {}, set())
     assert [(t.step, t.input) for t in first.tasks] == [("website", {"run": {"url": "u"}})]
-    outputs = {"website": {"content": "c"}}
+    outputs: dict[str, Any] = {"website": {"content": "c"}}
     second = advance(shape, {"url": "u"}, outputs, {"website"})
     assert [t.step for t in second.tasks] == ["sentiment", "summary"]
     assert second.tasks[0].input == {"run": {"url": "u"}, "website": {"content": "c"}}
