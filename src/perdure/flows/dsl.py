@@ -109,11 +109,14 @@ class Flow:
         #: handlers by step name (external steps have none)
         self.handlers: dict[str, Handler] = {}
         self._on_change = on_change
-        self.__perdure_name__ = self.shape.name
 
     @property
     def name(self) -> str:
         """The flow's name."""
+        return self.shape.name
+
+    @property
+    def __perdure_name__(self) -> str:
         return self.shape.name
 
     @property
@@ -175,6 +178,22 @@ class Flow:
             return handler
 
         return register(fn) if fn is not None else register
+
+    @overload
+    def map(self, fn: H, /, *, over: StepRef) -> H: ...
+
+    @overload
+    def map(
+        self,
+        /,
+        *,
+        over: StepRef,
+        name: str | None = None,
+        depends_on: Iterable[StepRef] = (),
+        max_attempts: int | None = None,
+        base_delay: float | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[H], H]: ...
 
     def map(
         self,

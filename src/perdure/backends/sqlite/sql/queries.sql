@@ -271,6 +271,8 @@ SELECT workflow AS name, status, COUNT(*) AS n FROM runs WHERE kind <> 'task'
 GROUP BY workflow, status
 UNION ALL
 SELECT DISTINCT name, NULL, 0 FROM workflows
+UNION ALL
+SELECT DISTINCT name, NULL, 0 FROM flows
 
 -- name: upsert_worker
 -- Register a worker (or refresh it), seen now.
