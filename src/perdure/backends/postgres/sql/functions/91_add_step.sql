@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION add_step(
     base_delay double precision DEFAULT NULL, timeout double precision DEFAULT NULL,
     step_type text DEFAULT 'single', map_over text DEFAULT NULL, version integer DEFAULT NULL
 ) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     v_version integer;

@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION create_flow(
     flow text, max_attempts integer DEFAULT 3, base_delay double precision DEFAULT 1,
     timeout double precision DEFAULT 60, version integer DEFAULT 1
 ) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     v_flow flows;

@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION claim_tasks(
     steps text[] DEFAULT NULL
 ) RETURNS TABLE (run_id text, step text, task_index integer, input jsonb, attempt integer,
                  lease_token bigint)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 BEGIN
     IF claim_tasks.worker IS NULL OR length(claim_tasks.worker) NOT BETWEEN 1 AND 255 THEN

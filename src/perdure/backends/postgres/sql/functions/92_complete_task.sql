@@ -9,7 +9,7 @@
 CREATE OR REPLACE FUNCTION complete_task(
     run_id text, step text, task_index integer, output jsonb, lease_token bigint
 ) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     v_ok boolean;

@@ -8,7 +8,7 @@
 CREATE OR REPLACE FUNCTION fail_task(
     run_id text, step text, task_index integer, error text, lease_token bigint
 ) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     v_id text := run_id || ':' || step || ':' || task_index;

@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION start_flow(
     idempotency_key text DEFAULT NULL, priority integer DEFAULT 100,
     version integer DEFAULT NULL
 ) RETURNS TABLE (run_id text, status text, remaining_steps integer)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     v_result record;
