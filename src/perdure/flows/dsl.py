@@ -134,7 +134,17 @@ class Flow:
         self._on_change()
 
     @overload
-    def step(self, fn: H, /) -> H: ...
+    def step(
+        self,
+        fn: H,
+        /,
+        *,
+        name: str | None = None,
+        depends_on: Iterable[StepRef] = (),
+        max_attempts: int | None = None,
+        base_delay: float | None = None,
+        timeout: float | None = None,
+    ) -> H: ...
 
     @overload
     def step(
@@ -180,7 +190,18 @@ class Flow:
         return register(fn) if fn is not None else register
 
     @overload
-    def map(self, fn: H, /, *, over: StepRef) -> H: ...
+    def map(
+        self,
+        fn: H,
+        /,
+        *,
+        over: StepRef,
+        name: str | None = None,
+        depends_on: Iterable[StepRef] = (),
+        max_attempts: int | None = None,
+        base_delay: float | None = None,
+        timeout: float | None = None,
+    ) -> H: ...
 
     @overload
     def map(
