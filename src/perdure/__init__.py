@@ -28,7 +28,17 @@ from .errors import (
 )
 from .flows.dsl import Flow, TaskContext
 from .handle import RunHandle
-from .records import Event, FlowTask, Page, Published, Received, Run, Step, WorkerInfo, WorkflowSummary
+from .records import (
+    Event,
+    FlowTask,
+    Page,
+    Published,
+    Received,
+    Run,
+    Step,
+    WorkerInfo,
+    WorkflowSummary,
+)
 from .retry import NonRetriableError, RetryAfter, RetryPolicy
 from .step_info import StepInfo, current_step
 from .worker import Worker
