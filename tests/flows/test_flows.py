@@ -314,3 +314,20 @@ def test_a_changed_shape_needs_a_new_version(database) -> None:  # type: ignore[
         assert third.result(handle.id, timeout=30) == {"a": "v1"}  # keeps its shape
         assert third.run("versioned", timeout=30) == {"b": "v2"}  # new runs: highest
     third.close()
+
+
+def test_a_flow_run_is_not_retried_or_forked(app: App) -> None:
+    flow = app.flow("no_retry", max_attempts=1)
+
+    @flow.step
+    async def boom(ctx: TaskContext, input: Any) -> None:
+        raise RuntimeError("boom")
+
+    with app.worker():
+        handle = app.start(flow)
+        with pytest.raises(WorkflowFailed):
+            handle.result(timeout=30)
+    with pytest.raises(ValidationError, match="DAG-flow run"):
+        app.retry(handle.id)
+    with pytest.raises(ValidationError, match="DAG-flow run"):
+        app.fork(handle.id)
