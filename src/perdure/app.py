@@ -353,6 +353,13 @@ class App(Recovery, Steering):
             deadline_at=deadline_at,
             retention_days=retention,
         )
+        if flow is not None and (
+            delay_s or at is not None or deadline_in is not None or deadline_at is not None
+        ):
+            raise ValidationError(
+                f"{name!r} is a DAG flow, whose runs start at once: delay, run_at and deadline "
+                "are for workflows"
+            )
         backend = await self._backend()
         result = await (backend.start_flow(new) if flow is not None else backend.create_run(new))
         warning = None

@@ -66,6 +66,8 @@ def test_the_seed_example_runs_end_to_end(app: App) -> None:
     # listed like a workflow run, tasks are not
     assert [r.id for r in app.list_runs(workflow="analyze_website").items] == [handle.id]
     assert [r.id for r in app.list_runs().items] == [handle.id]
+    (summary,) = app.list_workflows()
+    assert (summary.name, summary.counts["completed"]) == ("analyze_website", 1)
 
 
 def test_several_roots_and_root_only_flows(app: App) -> None:
@@ -270,6 +272,10 @@ def test_definition_errors_store_nothing(app: App) -> None:
     with pytest.raises(ValidationError, match="max_attempts"):
         flow.external_step("n", max_attempts=0)
     assert [s.name for s in flow.shape.steps] == ["a"]
+    for options in ({"delay": "1s"}, {"deadline": "1h"}):
+        with pytest.raises(ValidationError, match="DAG flow"):
+            app.start(flow, **options)  # type: ignore[arg-type]
+    assert app.list_runs(workflow="bad").items == []
     app.start(flow)  # what is stored is the shape without the refused steps
     shape = app.get_flow("bad")
     assert shape is not None and [s.name for s in shape.steps] == ["a"]
