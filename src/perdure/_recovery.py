@@ -34,6 +34,9 @@ def _caller() -> str:
 
 async def _not_a_flow_run(backend: Backend, run_id: str, what: str) -> None:
     """DAG-flow runs are not retried or forked (yet): start a new run instead."""
+    run = await backend.get_run(run_id)
+    if run is not None and ":" in run.workflow:  # a task: its flow run decides its fate
+        raise ValidationError(f"run {run_id} is a task of a DAG flow: it cannot be {what}")
     steps = await backend.get_steps(run_id)
     if steps and all(s.kind == "flow-task" for s in steps):
         raise ValidationError(

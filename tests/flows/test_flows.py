@@ -337,3 +337,6 @@ def test_a_flow_run_is_not_retried_or_forked(app: App) -> None:
         app.retry(handle.id)
     with pytest.raises(ValidationError, match="DAG-flow run"):
         app.fork(handle.id)
+    (step,) = app.get_steps(handle.id)
+    with pytest.raises(ValidationError, match="a task of a DAG flow"):
+        app.retry(step.tasks[0].run_id)
