@@ -3,6 +3,7 @@ several roots, root-only flows, maps, every failure path, versions, reading step
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -178,19 +179,15 @@ def test_retries_use_the_backoff_and_then_fail_the_run(app: App) -> None:
 
 def test_a_timeout_is_retried(app: App) -> None:
     flow = app.flow("slow", base_delay=0, timeout=0.2)
-    release = threading.Event()
 
     @flow.step
     async def step(ctx: TaskContext, input: Any) -> int:
         if ctx.attempt == 1:
-            import asyncio
-
             await asyncio.sleep(30)  # cancelled by the timeout
         return ctx.attempt
 
     with app.worker():
         assert app.run(flow, timeout=30) == {"step": 2}
-    release.set()
     (state,) = app.get_steps(app.list_runs(workflow="slow").items[0].id)
     assert [t.attempts for t in state.tasks] == [2]
 
@@ -208,10 +205,7 @@ def test_a_failing_task_cancels_the_others_and_fences_their_results(app: App) ->
 
     @flow.step
     async def bad(ctx: TaskContext, input: Any) -> str:
-        while not started.is_set():
-            import asyncio
-
-            await asyncio.sleep(0.01)
+        await asyncio.to_thread(started.wait, 30)  # "slow" is running
         raise RuntimeError("boom")
 
     with app.worker(concurrency=2):
