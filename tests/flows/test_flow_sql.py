@@ -182,3 +182,15 @@ def test_a_python_worker_serves_only_its_steps(conn: psycopg.Connection, app: Ap
         assert handle.result(timeout=30) == {"save": "0.9"}
     events = app.get_events(f"{handle.id}:sentiment:0")
     assert any(e.type == "claimed" and e.data["worker"] == "node-1" for e in events)
+
+
+def test_the_sql_producer_start_run_starts_a_flow_as_a_flow(
+    conn: psycopg.Connection, app: App
+) -> None:
+    one(conn, "SELECT create_flow('f', base_delay => 0)")
+    one(conn, "SELECT add_step('f', 'each', step_type => 'map')")  # over the run
+    run_id = one(conn, "SELECT start_run('f', '[]')")[0]
+    assert app.get_run(run_id).status == "completed"  # an empty map: done at once
+    assert app.result(run_id, timeout=5) == {"each": []}
+    with pytest.raises(psycopg.Error, match="start at once"):
+        conn.execute("SELECT start_run('f', '[1]', run_at => now() + interval '1 hour')")
