@@ -123,6 +123,7 @@ async def test_a_failed_task_fails_the_run_and_fences_the_others(backend: Backen
         "failed", "cancelled", "created",
     )  # fmt: skip
     assert [t.status for t in steps["each"].tasks] == ["cancelled", "cancelled"]
+    assert steps["b"].tasks[0].status == "failed"  # the task that failed stays failed
     assert steps["each"].tasks[0].output is None
 
 
