@@ -80,6 +80,7 @@ def test_another_worker_finishes_a_flow_whose_worker_was_killed(database, tmp_pa
             assert events.count("completed") == 1
         killed = [e.type for e in app.get_events(tasks[2].run_id)]
         assert "lease_expired" in killed  # taken over, not retried by its dead worker
+        assert tasks[2].attempts == 2  # the lapsed attempt counts (as a timeout)
         ran = sorted(p.name.split("-")[0] for p in marks.glob("*-*-*"))
         assert ran.count("2") == 2  # element 2 ran twice (at least once: a task may rerun)
     finally:

@@ -194,3 +194,23 @@ def test_the_sql_producer_start_run_starts_a_flow_as_a_flow(
     assert app.result(run_id, timeout=5) == {"each": []}
     with pytest.raises(psycopg.Error, match="start at once"):
         conn.execute("SELECT start_run('f', '[1]', run_at => now() + interval '1 hour')")
+
+
+def test_a_lapsed_lease_counts_as_an_attempt(conn: psycopg.Connection, app: App) -> None:
+    one(conn, "SELECT create_flow('slow', max_attempts => 2, base_delay => 0)")
+    one(conn, "SELECT add_step('slow', 'only')")
+    run_id = one(conn, "SELECT run_id FROM start_flow('slow')")[0]
+
+    def claim() -> Any:
+        return conn.execute("SELECT * FROM claim_tasks('slow', 'w', lease => 0.2)").fetchone()
+
+    first = claim()
+    assert first is not None and first[4] == 1
+    second = wait_for(claim)  # the lease lapsed: claimable again, as attempt 2
+    assert second[4] == 2
+    assert not one(conn, "SELECT complete_task(%s, 'only', 0, '1', %s)", run_id, first[5])[0]
+    # the last attempt lapses too: the task fails, and so does the run
+    wait_for(lambda: claim() is None and app.get_run(run_id).status == "failed")
+    error = app.get_run(run_id).error
+    assert error is not None and error["step"] == "only"
+    assert error["cause"]["type"] == "TimeoutError"

@@ -115,6 +115,17 @@ class TaskExecution:
                     f"{self.claim.claims_since_progress} times without ending (its workers died)",
                 }
             )
+        if self.claim.recovered:
+            # The previous attempt's lease lapsed (its worker died or hung): that attempt
+            # counts, as a timeout, and the task is retried at once or fails.
+            error = {
+                "type": "TimeoutError",
+                "message": f"the lease of step {self.step.name!r}'s task lapsed "
+                "(its worker died or stopped answering)",
+            }
+            if self.claim.run.attempt >= self.flow.shape.max_attempts_of(self.step):
+                return Fail({**error, "attempt": self.claim.run.attempt})
+            return Retry(self._now(), {**error, "attempt": self.claim.run.attempt})
         try:
             self._body = self._start(handler, value)
             output = await asyncio.wait_for(asyncio.shield(self._body), timeout)

@@ -5,7 +5,8 @@
 -- lease_token, which complete_task / fail_task must present. `lease` seconds
 -- (default: the step's timeout plus 5); a task whose lease lapses is claimable again.
 -- `input` is {"run": <run input>, <dep>: <output>...}, or a map task's element;
--- `attempt` counts from 1.
+-- `attempt` counts from 1; a task whose lease lapsed counts that attempt (a timeout),
+-- and one whose last attempt lapsed fails (and so does its run) instead of returning.
 -- Example: SELECT * FROM perdure.claim_tasks('analyze_website', 'node-1', qty => 5, steps => ARRAY['sentiment']);
 CREATE OR REPLACE FUNCTION claim_tasks(
     flow text, worker text, qty integer DEFAULT 1, lease double precision DEFAULT NULL,
@@ -14,6 +15,9 @@ CREATE OR REPLACE FUNCTION claim_tasks(
                  lease_token bigint)
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
+DECLARE
+    v_task record;
+    v_error jsonb;
 BEGIN
     IF claim_tasks.worker IS NULL OR length(claim_tasks.worker) NOT BETWEEN 1 AND 255 THEN
         RAISE EXCEPTION 'worker must be 1-255 characters' USING ERRCODE = 'PD001';
@@ -31,7 +35,7 @@ BEGIN
         RAISE EXCEPTION 'no flow % is stored', quote_nullable(left(claim_tasks.flow, 200))
             USING ERRCODE = 'PD001';
     END IF;
-    RETURN QUERY
+    FOR v_task IN
     WITH served AS (
         SELECT DISTINCT s.flow || ':' || s.step AS workflow
         FROM flow_steps s
@@ -41,7 +45,8 @@ BEGIN
     due AS (
         SELECT r.id, r.status AS previous_status, r.lease_owner AS previous_owner,
                coalesce(claim_tasks.lease,
-                        coalesce(fs.timeout, f.timeout) + 5) AS lease_seconds
+                        coalesce(fs.timeout, f.timeout) + 5) AS lease_seconds,
+               coalesce(fs.max_attempts, f.max_attempts) AS max_attempts
         FROM runs r
         JOIN flow_steps fs ON fs.flow = claim_tasks.flow AND fs.version = r.version
                           AND fs.step = r.parent_step
@@ -57,6 +62,8 @@ BEGIN
     claimed AS (
         UPDATE runs AS r SET
             status = 'running',
+            -- a lapsed lease counts as an attempt (a timeout): this claim is the next
+            attempt = r.attempt + CASE WHEN due.previous_status = 'running' THEN 1 ELSE 0 END,
             lease_token = greatest(r.lease_token + 1,
                                    (extract(epoch FROM perdure_now()) * 1000)::bigint),
             lease_owner = claim_tasks.worker,
@@ -68,7 +75,7 @@ BEGIN
             updated_at = perdure_now()
         FROM due
         WHERE r.id = due.id
-        RETURNING r.*, due.previous_status, due.previous_owner
+        RETURNING r.*, due.previous_status, due.previous_owner, due.max_attempts
     ),
     logged AS (
         INSERT INTO events (run_id, type, data)
@@ -80,8 +87,32 @@ BEGIN
                jsonb_build_object('worker', claim_tasks.worker, 'lease_token', c.lease_token)
         FROM claimed c
     )
-    SELECT c.parent_id, c.parent_step, c.task_index, c.input, c.attempt, c.lease_token
+    SELECT c.id AS task_id, c.parent_id, c.parent_step, c.task_index, c.input, c.attempt,
+           c.lease_token, c.max_attempts
     FROM claimed c
-    ORDER BY c.priority, c.id;
+    ORDER BY c.priority, c.id
+    LOOP
+        IF v_task.attempt > v_task.max_attempts THEN
+            -- the last attempt's lease lapsed: the task fails (and so does its run)
+            v_error := jsonb_build_object(
+                'type', 'TimeoutError', 'attempt', v_task.max_attempts,
+                'message', format('the lease of step %L''s task lapsed on its last attempt',
+                                  v_task.parent_step));
+            PERFORM apply_transition(
+                v_task.task_id, v_task.lease_token, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+                '{}', ARRAY['failed'],
+                ARRAY[jsonb_build_object('type', 'TimeoutError',
+                                         'message', v_error ->> 'message')::text],
+                0, 'fail', NULL, NULL, NULL, v_error::text, '{}', '{}', '{}', '{}', NULL);
+            CONTINUE;
+        END IF;
+        run_id := v_task.parent_id;
+        step := v_task.parent_step;
+        task_index := v_task.task_index;
+        input := v_task.input;
+        attempt := v_task.attempt;
+        lease_token := v_task.lease_token;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
