@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The dashboard's tests drive Debian's Chromium (no browser download from PyPI).
 CHROMIUM ?= /usr/bin/chromium
+# The Node example of DAG flows (a task worker over the SQL functions) runs in the
+# tests when npm is installed; its one dependency comes from the npm registry.
+NODE_EXAMPLE := $(if $(shell command -v npm),examples/node_task_worker/node_modules/pg)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint typecheck bench bench-quick chaos-large clean
@@ -21,7 +24,7 @@ demo: $(BIN)/python
 
 # Install everything and run the whole suite (unit, contract on SQLite and
 # PostgreSQL, engine end to end, CLI, examples, chaos smoke), plus lint and types.
-test: $(BIN)/python $(CHROMIUM)
+test: $(BIN)/python $(CHROMIUM) $(NODE_EXAMPLE)
 	$(BIN)/pip install --quiet -e ".[all]"
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
@@ -30,6 +33,9 @@ test: $(BIN)/python $(CHROMIUM)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium
+
+examples/node_task_worker/node_modules/pg:
+	cd examples/node_task_worker && npm install --no-audit --no-fund --silent
 
 lint: $(BIN)/python
 	$(BIN)/ruff check src tests examples bench

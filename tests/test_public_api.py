@@ -12,6 +12,7 @@ EXPECTED = {
     "ValidationError", "WorkerInfo", "Worker", "WorkflowCancelled", "WorkflowFailed",
     "WorkflowSummary",
     "StepInfo", "__version__", "current_step", "parse_duration",
+    "Flow", "FlowTask", "TaskContext",
 }  # fmt: skip
 
 

@@ -26,8 +26,19 @@ from .errors import (
     WorkflowCancelled,
     WorkflowFailed,
 )
+from .flows.dsl import Flow, TaskContext
 from .handle import RunHandle
-from .records import Event, Page, Published, Received, Run, Step, WorkerInfo, WorkflowSummary
+from .records import (
+    Event,
+    FlowTask,
+    Page,
+    Published,
+    Received,
+    Run,
+    Step,
+    WorkerInfo,
+    WorkflowSummary,
+)
 from .retry import NonRetriableError, RetryAfter, RetryPolicy
 from .step_info import StepInfo, current_step
 from .worker import Worker
@@ -40,6 +51,8 @@ __all__ = [
     "Context",
     "DeadlineExceeded",
     "Event",
+    "Flow",
+    "FlowTask",
     "MissingDependencyError",
     "NonDeterminismError",
     "NonRetriableError",
@@ -63,6 +76,7 @@ __all__ = [
     "StepInfo",
     "StepLimitExceeded",
     "StepTimeout",
+    "TaskContext",
     "TimeoutError",
     "ValidationError",
     "Worker",

@@ -24,6 +24,7 @@ from typing import Any
 from .backends.base import Backend, NoticeCallback, TransactionWork, Unsubscribe
 from .codec import Codec, CodecError, check_match, open_value, seal
 from .errors import ValidationError
+from .flows.definition import FlowShape
 from .records import (
     Claim,
     ClaimParams,
@@ -284,6 +285,18 @@ class CodecBackend(Backend):
 
     async def queue_gauges(self) -> list[QueueGauge]:
         return await self.inner.queue_gauges()
+
+    # ------------------------------------------------------------------ flows
+    # App refuses flows with a codec (docs/security.md); shapes hold no values.
+
+    async def register_flows(self, shapes: Sequence[FlowShape]) -> None:
+        await self.inner.register_flows(shapes)
+
+    async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
+        return await self.inner.get_flow(name, version)
+
+    async def start_flow(self, new: NewRun) -> CreateResult:
+        raise ValidationError("flows cannot be started with a payload codec")
 
     # ------------------------------------------------------------------ clock
 

@@ -97,6 +97,9 @@ class Connections:
             for definition in definitions:
                 for pattern in definition.on:
                     await backend.subscribe_topic(pattern, definition.name)
+        flows = self._registry.flows()
+        if flows:
+            await backend.register_flows([flow.shape for flow in flows])
         self._synced = generation
 
     async def migrate(self) -> int:

@@ -15,8 +15,9 @@ from .backends.base import Backend
 from .context import VALUE_PREFIX
 from .durations import Duration, to_seconds
 from .errors import PerdureError, ValidationError
+from .flows.definition import FlowShape
 from .ids import new_worker_id
-from .names import WorkflowRef, workflow_name
+from .names import WorkflowRef, validate_workflow_name, workflow_name
 from .records import (
     RUN_STATUSES,
     Event,
@@ -150,6 +151,17 @@ class Reads(ClientBase):
     def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         """The run's journal; see `get_steps_async`."""
         return self._portal.call(self.get_steps_async, run_id, include_superseded)
+
+    async def get_flow_async(self, name: str, version: int | None = None) -> FlowShape | None:
+        """A DAG flow's stored shape (that version, else the highest), or None."""
+        flow = validate_workflow_name(name)
+        if version is not None:
+            check_int(version, "version", minimum=1)
+        return await (await self._backend()).get_flow(flow, version)
+
+    def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
+        """A DAG flow's stored shape; see `get_flow_async`."""
+        return self._portal.call(self.get_flow_async, name, version)
 
     async def get_events_async(self, run_id: str) -> list[Event]:
         """The run's audit trail (created, claimed, step_completed, ...), oldest first."""

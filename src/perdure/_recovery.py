@@ -32,6 +32,18 @@ def _caller() -> str:
     return f"{user}@{socket.gethostname()} (pid {os.getpid()})"
 
 
+async def _not_a_flow_run(backend: Backend, run_id: str, what: str) -> None:
+    """DAG-flow runs are not retried or forked (yet): start a new run instead."""
+    run = await backend.get_run(run_id)
+    if run is not None and ":" in run.workflow:  # a task: its flow run decides its fate
+        raise ValidationError(f"run {run_id} is a task of a DAG flow: it cannot be {what}")
+    steps = await backend.get_steps(run_id)
+    if steps and all(s.kind == "flow-task" for s in steps):
+        raise ValidationError(
+            f"run {run_id} is a DAG-flow run, which cannot be {what} yet: start a new run"
+        )
+
+
 class Recovery(Reads):
     """The recovery methods of `perdure.App`."""
 
@@ -54,7 +66,9 @@ class Recovery(Reads):
         """
         step = None if from_step is None else check_key(from_step, "from_step")
         who = _caller() if by is None else check_key(by, "by")
-        run = await (await self._backend()).retry_run(lookup_id(run_id), step, who)
+        backend = await self._backend()
+        await _not_a_flow_run(backend, lookup_id(run_id), "retried")
+        run = await backend.retry_run(lookup_id(run_id), step, who)
         return RunHandle(cast(RunClient, self), run.id, run.workflow, created=False)
 
     def retry(
@@ -82,6 +96,7 @@ class Recovery(Reads):
             check_int(version, "version", minimum=1)
         input_json = None if input is None else encode(input, what="the fork's input")
         who = _caller() if by is None else check_key(by, "by")
+        await _not_a_flow_run(await self._backend(), lookup_id(run_id), "forked")
         run = await (await self._backend()).fork_run(
             lookup_id(run_id), new_run_id(), step, input_json, version, who
         )

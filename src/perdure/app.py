@@ -29,11 +29,14 @@ from .backends.base import Backend
 from .codec import Codec, check_codec
 from .durations import Duration, to_seconds
 from .errors import (
+    ConfigurationError,
     TimeoutError,
     ValidationError,
     WorkflowCancelled,
     WorkflowFailed,
 )
+from .flows.definition import FlowShape
+from .flows.dsl import Flow
 from .handle import RunHandle
 from .ids import new_run_id
 from .names import WorkflowRef, workflow_name
@@ -170,6 +173,48 @@ class App(Recovery, Steering):
 
         return register(fn) if fn is not None else register
 
+    def flow(
+        self,
+        name: str,
+        *,
+        version: int = 1,
+        max_attempts: int = 3,
+        base_delay: float = 1.0,
+        timeout: float = 60.0,
+    ) -> Flow:
+        """A DAG flow (DESIGN §6): add steps with ``@flow.step`` / ``@flow.map``.
+
+        Args:
+            name: the flow's name (a workflow name: no workflow may have it too).
+            version: the shape is fixed per version; a run keeps the shape it started
+                with, and a changed shape needs a new version.
+            max_attempts: attempts of each task (a step may override it). Default 3.
+            base_delay: seconds; a failed attempt n is retried after
+                ``base_delay * 2**n``. Default 1.
+            timeout: seconds a task may run before it counts as failed (and is
+                retried). Default 60.
+
+        Raises:
+            ConfigurationError: the app has a payload codec. A flow's database rules
+                read its values (a map's list, the step inputs they assemble), which a
+                codec hides from them; flows and codecs do not combine yet.
+        """
+        if self.codec is not None:
+            raise ConfigurationError(
+                f"flow {name!r}: flows cannot be used with a payload codec yet (the "
+                "database assembles step inputs and splits maps, so it must read the values)"
+            )
+        flow = Flow(
+            name,
+            version=version,
+            max_attempts=max_attempts,
+            base_delay=base_delay,
+            timeout=timeout,
+            on_change=self._registry.changed,
+        )
+        self._registry.add_flow(flow)
+        return flow
+
     def worker(
         self,
         *,
@@ -244,6 +289,21 @@ class App(Recovery, Steering):
             return name, version, {}, False
         return record.name, record.version, record.options, True
 
+    async def _flow_to_start(self, workflow: WorkflowRef, version: int | None) -> FlowShape | None:
+        """The stored shape when ``workflow`` names a flow (this app's, or one only the
+        database knows, defined by another process or in SQL), else None."""
+        name = workflow_name(workflow)
+        if self._registry.get(name) is not None:
+            return None
+        if version is not None:
+            check_int(version, "version", minimum=1)
+        local = self._registry.flow(name, version)
+        if local is not None:
+            return local.shape
+        if self._registry.flow(name) is not None and version is not None:
+            raise ValidationError(f"flow {name!r} has no version {version}")
+        return await (await self._backend()).get_flow(name, version)
+
     async def start_async(
         self,
         workflow: WorkflowRef,
@@ -284,7 +344,12 @@ class App(Recovery, Steering):
             A `RunHandle`.
         """
         new_id = new_run_id() if run_id is None else check_key(run_id, "run_id")
-        name, resolved_version, options, registered = await self._resolve(workflow, version)
+        flow = await self._flow_to_start(workflow, version)
+        name, resolved_version, options, registered = (
+            (flow.name, flow.version, {}, True)
+            if flow is not None
+            else await self._resolve(workflow, version)
+        )
         input_json = encode(
             input, what=f"the input of workflow {name!r}", max_bytes=self.settings.max_payload_bytes
         )
@@ -321,7 +386,15 @@ class App(Recovery, Steering):
             retention_days=retention,
             traceparent=current_traceparent(),
         )
-        result = await (await self._backend()).create_run(new)
+        if flow is not None and (
+            delay_s or at is not None or deadline_in is not None or deadline_at is not None
+        ):
+            raise ValidationError(
+                f"{name!r} is a DAG flow, whose runs start at once: delay, run_at and deadline "
+                "are for workflows"
+            )
+        backend = await self._backend()
+        result = await (backend.start_flow(new) if flow is not None else backend.create_run(new))
         warning = None
         if not registered and result.run.version is None:
             warning = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import ValidationError
 
@@ -71,8 +71,15 @@ def glob_matches(pattern: str, name: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern)
 
 
-#: A workflow as callers name it: the decorated function or its name.
-WorkflowRef = str | Callable[..., Any]
+class Named(Protocol):
+    """Something that carries a perdure name (a DAG flow)."""
+
+    @property
+    def __perdure_name__(self) -> str: ...
+
+
+#: A workflow as callers name it: the decorated function (or flow) or its name.
+WorkflowRef = str | Callable[..., Any] | Named
 
 
 def workflow_name(workflow: object) -> str:

@@ -94,6 +94,26 @@ class Step:
     completed_at: datetime | None
     #: True for a row a retry superseded (history, never replayed)
     superseded: bool = False
+    #: a flow run's step: its tasks (one, or one per element of a map), index order
+    tasks: tuple[FlowTask, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FlowTask:
+    """One task of a flow step (`Step.tasks`): a map step has one per element.
+
+    ``status`` is a run status (``pending`` until claimed, ``waiting`` between
+    attempts); ``attempts`` counts the attempts made so far; ``run_id`` is the task's
+    own row (its audit trail holds every claim and retry)."""
+
+    index: int
+    status: str
+    attempts: int
+    output: Any
+    error: dict[str, Any] | None
+    run_id: str
+    started_at: datetime | None
+    completed_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from .validation import check_int
 
 if TYPE_CHECKING:
     from .context import Context
+    from .flows.dsl import Flow
 
 __all__ = ["Registry", "WorkflowDefinition", "define_workflow"]
 
@@ -131,10 +132,62 @@ class Registry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, dict[int, WorkflowDefinition]] = {}
+        self._flows: dict[str, dict[int, Flow]] = {}
         self.generation = 0  # bumps on every registration
+
+    def changed(self) -> None:
+        """A definition changed (a flow got a step): store it again."""
+        self.generation += 1
+
+    def add_flow(self, flow: Flow) -> None:
+        """Register a DAG flow; a flow's name is not a workflow's, nor twice a flow's."""
+        if flow.name in self._by_name:
+            raise ConfigurationError(f"{flow.name!r} is registered as a workflow already")
+        versions = self._flows.setdefault(flow.name, {})
+        if flow.version in versions:
+            raise ConfigurationError(
+                f"flow {flow.name!r} version {flow.version} is registered twice"
+            )
+        versions[flow.version] = flow
+        self.generation += 1
+
+    def flow(self, name: str, version: int | None = None) -> Flow | None:
+        """The flow of that version, or the highest version; None if unknown."""
+        versions = self._flows.get(name)
+        if not versions:
+            return None
+        if version is None:
+            return versions[max(versions)]
+        return versions.get(version)
+
+    def flows(self) -> list[Flow]:
+        """Every flow, sorted by name and version."""
+        return [f for name in sorted(self._flows) for _, f in sorted(self._flows[name].items())]
+
+    def task(self, workflow: str, version: int | None) -> tuple[Flow, str] | None:
+        """The flow and step whose tasks run as ``workflow`` (``flow:step``), if this
+        process has a handler for that step."""
+        name, colon, step = workflow.partition(":")
+        flow = self.flow(name, version) if colon else None
+        if flow is None or step not in flow.handlers:
+            return None
+        return flow, step
+
+    def task_pairs(self, patterns: Iterable[str] | None) -> list[tuple[str, int]]:
+        """(``flow:step``, version) of every step with a handler, of the flows whose
+        name matches a glob in ``patterns`` (all when None): what a worker claims."""
+        pats = None if patterns is None else list(patterns)
+        return [
+            (task_name, flow.version)
+            for flow in self.flows()
+            if pats is None or any(glob_matches(p, flow.name) for p in pats)
+            for task_name in flow.task_workflows()
+        ]
 
     def add(self, definition: WorkflowDefinition) -> None:
         """Register a definition; the same (name, version) twice is an error."""
+        if definition.name in self._flows:
+            raise ConfigurationError(f"{definition.name!r} is registered as a flow already")
         versions = self._by_name.setdefault(definition.name, {})
         if definition.version in versions and versions[definition.version].fn is not definition.fn:
             raise ConfigurationError(

@@ -32,3 +32,15 @@ def test_quick_bench_runs_every_workload_on_sqlite(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report, "the harness wrote no results"
     assert "perdure-sqlite" in json.dumps(report)
+
+
+def test_the_flow_workloads_run_on_sqlite(tmp_path: Path) -> None:
+    out = tmp_path / "flows.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "flows.py"), "--dialect", "sqlite", "--quick",
+         "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert {"w1_steps_per_s", "f1_tasks_per_s", "f2_tasks_per_s", "task_over_step"} <= set(report)

@@ -225,6 +225,15 @@ def test_bad_codecs_and_keys_are_refused() -> None:
         FernetCodec(KEY, clear="order")
 
 
+def test_flows_are_refused_with_a_codec(database) -> None:  # type: ignore[no-untyped-def]
+    app = App(database.url, schema=database.schema, codec=FernetCodec(KEY))
+    try:
+        with pytest.raises(ConfigurationError, match="codec"):
+            app.flow("sealed")
+    finally:
+        app.close()
+
+
 def test_transactional_step_results_are_sealed_too(app: App, database) -> None:  # type: ignore[no-untyped-def]
     @app.workflow
     async def txn(ctx: Context, _: None) -> str:

@@ -81,9 +81,9 @@ def compact(sql: str) -> str:
     return "\n".join(kept)
 
 
-def load_queries(package: str) -> dict[str, LiteralString]:
-    """Load ``<package>/sql/queries.sql``."""
-    text = resources.files(package).joinpath("sql", "queries.sql").read_text("utf-8")
+def load_queries(package: str, file: str = "queries.sql") -> dict[str, LiteralString]:
+    """Load ``<package>/sql/queries.sql`` (or another file of named blocks there)."""
+    text = resources.files(package).joinpath("sql", file).read_text("utf-8")
     return parse_queries(text)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..flows.definition import FlowShape
 from ..records import (
     Claim,
     ClaimParams,
@@ -128,6 +129,34 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def get_workflow(self, name: str, version: int | None = None) -> WorkflowRecord | None:
         """A registered definition: that version, or the highest when ``version`` is None."""
+
+    # ------------------------------------------------------------------ flows
+
+    @abc.abstractmethod
+    async def register_flows(self, shapes: Sequence[FlowShape]) -> None:
+        """Store flow shapes (flows, steps, dependencies), each fixed per version: a
+        shape stored already is left as it is; a different shape under a stored
+        (name, version) raises `ValidationError` (a changed flow needs a new version)."""
+
+    @abc.abstractmethod
+    async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
+        """A stored shape: that version, or the highest when ``version`` is None."""
+
+    @abc.abstractmethod
+    async def start_flow(self, new: NewRun) -> CreateResult:
+        """Start a run of a stored flow (``new.version`` None: its highest), as
+        `create_run` does (ids and idempotency keys alike), in one transaction: the run
+        (kind ``flow``, status ``running``, never claimed itself), one state per step,
+        and the tasks of the ready steps (kind ``task``, workflow ``<flow>:<step>``,
+        parent the flow run, claimable now through `claim_runs`). Maps over an empty
+        list complete at once with ``[]``; a map over a non-list fails the run naming
+        the step; a flow whose steps all completed at once completes. When a task ends
+        (through `apply`, or cancelled), the same transaction records it: a completed
+        task's step completes when all its tasks did (a map's output is the list in
+        element order), the steps whose dependencies all completed get their tasks,
+        and the run completes with ``{leaf step: output}``; a failed task fails the
+        run (error type ``StepFailed`` naming the step) and cancels its live tasks.
+        `ValidationError` if no such flow is stored."""
 
     # ------------------------------------------------------------------ producers
 
@@ -256,7 +285,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
-        """The run's journal in write order (empty if the run does not exist); with
+        """The run's journal in write order (empty if the run does not exist); for a
+        flow run, one `Step` per flow step in definition order (kind ``flow-task``,
+        status ``created``/``started``/``completed``/``failed``/``cancelled``, its
+        tasks in `Step.tasks`, ``attempts`` summed over them); with
         ``include_superseded``, the rows retries superseded too (``superseded=True``),
         all in the order they were first written."""
 

@@ -18,6 +18,7 @@ from ..maintenance import sweep_forever
 from ..telemetry.live import enable_metrics
 from . import dashboard
 from .errors import install_error_handlers
+from .flows import router as flows_router
 from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
 from .metrics import router as metrics_router
 from .others import router as others_router
@@ -62,6 +63,7 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     install_error_handlers(api)
     api.include_router(runs_router)
     api.include_router(others_router)
+    api.include_router(flows_router)
     api.include_router(recovery_router)
     api.include_router(metrics_router)
     api.include_router(dashboard.router)

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from ..errors import (
     BackendError,
     ConfigurationError,
+    NotFoundError,
     PerdureError,
     RunNotFound,
     RunStateError,
@@ -28,6 +29,7 @@ __all__ = ["error_response", "install_error_handlers"]
 #: The statuses perdure's own errors answer with.
 _STATUS: tuple[tuple[type[PerdureError], int], ...] = (
     (RunNotFound, 404),
+    (NotFoundError, 404),
     (RunStateError, 409),
     (ValidationError, 422),
     (ConfigurationError, 422),

@@ -121,8 +121,22 @@ class RunOut(Model):
     retention_days: int = 30
 
 
+class TaskOut(Model):
+    """One task of a DAG-flow step (``runId``: the task's own row)."""
+
+    index: int
+    status: str
+    attempts: int
+    output: Any
+    error: dict[str, Any] | None
+    run_id: str
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
 class StepOut(Model):
-    """One journal row (``superseded``: a row a retry replaced, kept as history)."""
+    """One journal row (``superseded``: a row a retry replaced, kept as history); of a
+    flow run, one flow step with its ``tasks``."""
 
     name: str
     kind: str
@@ -133,6 +147,38 @@ class StepOut(Model):
     started_at: datetime | None
     completed_at: datetime | None
     superseded: bool = False
+    tasks: list[TaskOut] = []
+
+    @classmethod
+    def of(cls, record: Any) -> Any:
+        """The model of a `perdure.Step`, its tasks included."""
+        data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        data["tasks"] = [TaskOut.of(t) for t in record.tasks]
+        return cls.model_validate(data)
+
+
+class FlowStepOut(Model):
+    """A step of a flow's shape (``mapOver``: ``run`` or a dependency, for a map step;
+    null options: the flow's)."""
+
+    name: str
+    depends_on: list[str]
+    map_over: str | None
+    max_attempts: int | None
+    base_delay: float | None
+    timeout: float | None
+
+
+class FlowOut(Model):
+    """A DAG flow's stored shape at one version."""
+
+    name: str
+    version: int
+    max_attempts: int
+    base_delay: float
+    timeout: float
+    steps: list[FlowStepOut]
+    leaves: list[str]
 
 
 class EventOut(Model):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 from .._logging import quiet_repeats
 from ..backends.base import Backend
 from ..durations import Duration, to_seconds
+from ..engine.flow_task import TaskExecution
 from ..engine.run_log import log_run
 from ..engine.runner import Runner
 from ..engine.services import RunServices
@@ -258,7 +259,8 @@ class Worker:
         """Open the database and register this worker; the served (name, version) pairs."""
         backend = await self._until_reachable(self._connections.backend)
         definitions = self._registry.select(self.patterns)
-        if not definitions:
+        tasks = self._registry.task_pairs(self.patterns)  # DAG-flow steps with a handler
+        if not definitions and not tasks:
             wanted = (
                 "any workflow"
                 if self.patterns is None
@@ -268,7 +270,7 @@ class Worker:
                 f"this worker has no {wanted} to serve: register workflows with @app.workflow "
                 "before starting the worker"
             )
-        pairs = tuple((d.name, d.version) for d in definitions)
+        pairs = (*((d.name, d.version) for d in definitions), *tasks)
         db_now = await self._until_reachable(backend.now)
         self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
         info = WorkerInfo(
@@ -489,6 +491,16 @@ class Worker:
             task.add_done_callback(self._side.discard)
             return
         definition = self._registry.get(claim.run.workflow, claim.run.version)
+        served = (
+            None
+            if definition is not None
+            else self._registry.task(claim.run.workflow, claim.run.version)
+        )
+        if served is not None:  # a DAG-flow task: one attempt of its step's handler
+            flow, step = served
+            self._active.start(claim.run.id, TaskExecution(claim, flow, step, services))
+            self.claimed += 1
+            return
         if definition is None:  # the pairs filter makes this impossible; be safe anyway
             log.error("claimed run %s of unknown workflow %s", claim.run.id, claim.run.workflow)
             return

@@ -30,6 +30,7 @@ from psycopg import sql
 
 from ..._batching import Batcher
 from ...errors import BackendError, ConfigurationError
+from ...flows.definition import FlowShape
 from ...records import (
     RUN_STATUSES,
     Claim,
@@ -53,6 +54,7 @@ from ...records import (
 )
 from .._cursor import encode_cursor
 from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
+from . import _flows
 from ._clock import set_offset
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
@@ -172,6 +174,15 @@ class PostgresBackend(Operations, Backend):
 
     # ------------------------------------------------------------------ producers
 
+    async def register_flows(self, shapes: Sequence[FlowShape]) -> None:
+        await _flows.register_flows(self._db, list(shapes))
+
+    async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
+        return await _flows.get_flow(self._db, name, version)
+
+    async def start_flow(self, new: NewRun) -> CreateResult:
+        return await _flows.start_flow(self._db, new)
+
     async def create_run(self, new: NewRun) -> CreateResult:
         """Create a run. Starts that arrive while another start is committing are
         committed together in the next transaction (group commit), so a client
@@ -284,6 +295,8 @@ class PostgresBackend(Operations, Backend):
     async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         if not include_superseded:
             rows = await self._db.all(QUERIES["get_steps"], {"run_id": run_id})
+            if not rows:  # a flow run has no journal: its steps and their tasks
+                return await _flows.flow_steps(self._db, run_id) or []
             return [step_from_row(row) for row in rows]
         rows = await self._db.all(QUERIES["get_steps_with_superseded"], {"run_id": run_id})
         return [replace(step_from_row(row[1:9]), superseded=row[9]) for row in rows]

@@ -11,6 +11,7 @@ from ...errors import RunNotFound, ValidationError
 from ...ids import new_run_id
 from ...records import ACTIVE_STATUSES, CreateResult, NewRun, Published, SignalOutcome
 from ._convert import dumps, to_run
+from ._flows import child_ended
 from ._json import json_equal
 from ._rows import (
     add_event,
@@ -18,7 +19,6 @@ from ._rows import (
     cancel_ids,
     insert_run,
     resolve_wait,
-    write_child_result,
 )
 from ._session import QUERIES, Session
 
@@ -76,7 +76,7 @@ def cancel_run(s: Session, run_id: str, rollback: bool = False) -> bool:
                 "type": "WorkflowCancelled",
                 "message": f"run {run_id} was cancelled",
             }
-            write_child_result(s, state, now, output_json=None, error=error)
+            child_ended(s, state, now, output_json=None, error=error)
         return True
 
 

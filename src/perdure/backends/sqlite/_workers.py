@@ -33,13 +33,13 @@ from ...records import (
 )
 from ...serialization import Undecodable, brief_error
 from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
+from ._flows import child_ended
 from ._operations import retry_in
 from ._rows import (
     add_event,
     cancel_descendants,
     drop_sibling_waits,
     insert_run,
-    write_child_result,
     write_step,
 )
 from ._session import QUERIES, Session, is_busy
@@ -412,7 +412,7 @@ def _finish(
             "parent_step": fence["parent_step"],
             "created_at": fence["created_at"],
         }
-        write_child_result(s, child, now, output_json=output, error=error)
+        child_ended(s, child, now, output_json=output, error=error)  # a task: its flow's rule
 
 
 # --------------------------------------------------------------------------- versions

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ...errors import BackendError, ConfigurationError
+from ...flows.definition import FlowShape
 from ...records import (
     Claim,
     ClaimParams,
@@ -52,7 +53,7 @@ from ...validation import check_int
 from .._clock import check_offset
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
-from . import _operations, _producers, _reads, _registry, _transact, _workers
+from . import _flows, _operations, _producers, _reads, _registry, _transact, _workers
 from ._convert import to_dt
 from ._hub import hub_for
 from ._json import json_contains
@@ -255,6 +256,18 @@ class SQLiteBackend(Backend):
     async def get_workflow(self, name: str, version: int | None = None) -> WorkflowRecord | None:
         return await self._call(_registry.get_workflow, name, version)
 
+    # ------------------------------------------------------------------ flows
+
+    async def register_flows(self, shapes: Sequence[FlowShape]) -> None:
+        if shapes:
+            await self._call(_flows.register_flows, list(shapes))
+
+    async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
+        return await self._call(_flows.get_flow, name, version)
+
+    async def start_flow(self, new: NewRun) -> CreateResult:
+        return await self._call(_flows.start_flow, new)
+
     # ------------------------------------------------------------------ producers
 
     async def create_run(self, new: NewRun) -> CreateResult:
@@ -295,7 +308,7 @@ class SQLiteBackend(Backend):
     async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         if include_superseded:
             return await self._call(_operations.get_steps_with_superseded, run_id)
-        return await self._call(_reads.get_steps, run_id)
+        return await self._call(_flows.steps_or_journal, run_id)
 
     # ------------------------------------------------------------------ operations
 

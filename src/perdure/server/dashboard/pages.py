@@ -22,6 +22,7 @@ from ...durations import moment
 from ...errors import PerdureError, RunStateError, ValidationError
 from ...records import RUN_STATUSES, Event, Run
 from ..common import app_of
+from .dag import layout_dag
 from .timeline import duration_text, layout
 
 __all__ = ["SECURITY_HEADERS", "STATIC", "router"]
@@ -143,6 +144,10 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
     children = (await app.list_runs_async(parent_id=run.id, limit=100)).items
     values = await app.get_values_async(run_id)
     now = await app.now_async()
+    dag = None
+    if steps and all(s.kind == "flow-task" for s in steps):  # a DAG flow's run
+        shape = await app.get_flow_async(run.workflow, run.version)
+        dag = None if shape is None else layout_dag(shape, steps)
     shown = app.redaction  # what people see has the configured keys masked
     run, values = shown.record(run), shown.values(values)
     steps = [shown.record(s) for s in steps]
@@ -151,6 +156,7 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
     return _render(
         request,
         "run.html",
+        dag=dag,
         run=run,
         steps=steps,
         events=events,
@@ -161,6 +167,18 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
         done=done,
         live=not run.done,
     )
+
+
+@router.get("/flows/{name}", response_class=HTMLResponse)
+async def flow_page(request: Request, name: str, version: int | None = None) -> HTMLResponse:
+    """A DAG flow's shape: its steps as a graph and a table of their options."""
+    try:
+        shape = await app_of(request).get_flow_async(name, version)
+    except PerdureError as exc:
+        return _render(request, "missing.html", status=404, message=str(exc))
+    if shape is None:
+        return _render(request, "missing.html", status=404, message=f"no flow {name!r} is stored")
+    return _render(request, "flow.html", shape=shape, dag=layout_dag(shape))
 
 
 @router.post("/runs/{run_id}/cancel")

@@ -185,6 +185,7 @@ WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
   AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s::timestamptz)
   AND (%(input_match)s::jsonb IS NULL OR r.input @> %(input_match)s::jsonb)
   AND (%(parent_id)s::text IS NULL OR r.parent_id = %(parent_id)s::text)
+  AND (r.kind <> 'task' OR %(parent_id)s::text IS NOT NULL)  -- tasks: under their flow run
   AND (%(after_at)s::timestamptz IS NULL
        OR (r.created_at, r.id) < (%(after_at)s::timestamptz, %(after_id)s::text))
 ORDER BY r.created_at DESC, r.id DESC
@@ -250,9 +251,12 @@ ORDER BY e.created_at, e.source, e.ord
 
 -- name: workflow_summaries
 -- Run counts per workflow and status, plus every registered name (status NULL).
-SELECT workflow, status, count(*)::integer FROM runs GROUP BY workflow, status
+SELECT workflow, status, count(*)::integer FROM runs WHERE kind <> 'task'
+GROUP BY workflow, status
 UNION ALL
 SELECT DISTINCT name, NULL, 0 FROM workflows
+UNION ALL
+SELECT DISTINCT name, NULL, 0 FROM flows
 
 -- name: register_worker
 -- Upsert a worker row; last_seen_at is the database's now.

@@ -87,6 +87,7 @@ AND (:status IS NULL OR status = :status)
 AND (:since IS NULL OR created_at >= :since)
 AND (:until IS NULL OR created_at < :until)
 AND (:parent_id IS NULL OR parent_id = :parent_id)
+AND (kind <> 'task' OR :parent_id IS NOT NULL)  -- a flow's tasks: only under their run
 AND (:input_match IS NULL OR json_contains(input, :input_match))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit
@@ -289,9 +290,12 @@ ORDER BY created_at, mark, part, seq
 
 -- name: workflow_summaries
 -- Run counts per (workflow, status), plus every registered name (status NULL).
-SELECT workflow AS name, status, COUNT(*) AS n FROM runs GROUP BY workflow, status
+SELECT workflow AS name, status, COUNT(*) AS n FROM runs WHERE kind <> 'task'
+GROUP BY workflow, status
 UNION ALL
 SELECT DISTINCT name, NULL, 0 FROM workflows
+UNION ALL
+SELECT DISTINCT name, NULL, 0 FROM flows
 
 -- name: upsert_worker
 -- Register a worker (or refresh it), seen now.

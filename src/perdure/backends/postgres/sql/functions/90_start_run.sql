@@ -25,6 +25,17 @@ BEGIN
     PERFORM check_time('run_at', start_run.run_at);
     SELECT * INTO v_definition FROM workflows w WHERE w.name = start_run.workflow
     ORDER BY w.version DESC LIMIT 1;
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM flows f WHERE f.name = start_run.workflow) THEN
+        -- a DAG flow starts as one (at once: run_at is for workflows)
+        IF start_run.run_at IS NOT NULL THEN
+            RAISE EXCEPTION '% is a DAG flow, whose runs start at once: run_at is for workflows',
+                quote_literal(start_run.workflow) USING ERRCODE = 'PD001';
+        END IF;
+        SELECT * INTO v_result FROM start_flow_run(
+            coalesce(start_run.run_id, new_run_id()), start_run.workflow, NULL, start_run.input,
+            coalesce(start_run.priority, 100), start_run.idempotency_key, 30);
+        RETURN (v_result.run).id;
+    END IF;
     SELECT * INTO v_result FROM create_run(
         coalesce(start_run.run_id, new_run_id()), start_run.workflow, v_definition.version,
         start_run.input,

@@ -1,0 +1,126 @@
+"""DAG-flow workloads beside W1: per-task overhead against a workflow step's.
+
+Usage: python bench/flows.py [--dialect pg|sqlite] [--runs 200] [--map-size 1000] [--quick]
+
+Three workloads in one process (a worker in a background thread, the client in the
+main thread), on a fresh database (PostgreSQL: the schema ``bench_flows``, dropped
+first; SQLite: a temporary file):
+
+* W1 beside it: ``--runs`` runs of a 5-step workflow (the same five trivial steps);
+* F1, a 5-step diamond flow (a -> b, c, d -> e), ``--runs`` runs;
+* F2, one run of a map over ``--map-size`` elements, then a step that sums them.
+
+It prints steps or tasks per second and the per-task cost against a workflow step's
+(the issue's target: within 1.5x). Benchmarks are not tests: run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+import psycopg
+
+from perdure import App, Context, TaskContext
+
+ADMIN_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+SCHEMA = "bench_flows"
+
+
+def _app(dialect: str) -> App:
+    if dialect == "pg":
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        return App(ADMIN_URL, schema=SCHEMA, sweep_interval=0)
+    path = os.path.join(tempfile.mkdtemp(prefix="bench_flows_"), "bench.db")
+    return App(f"sqlite:///{path}", sweep_interval=0)
+
+
+def _small(i: int) -> dict[str, int]:
+    return {"i": i}
+
+
+def define(app: App) -> None:
+    """The workflow and the two flows."""
+
+    @app.workflow
+    async def five(ctx: Context, n: int) -> dict[str, int]:
+        for name in ("a", "b", "c", "d", "e"):
+            await ctx.step.run(name, lambda: _small(n))
+        return _small(n)
+
+    diamond = app.flow("diamond", base_delay=0)
+
+    @diamond.step
+    def a(ctx: TaskContext, input: Any) -> dict[str, int]:
+        return _small(input["run"])
+
+    for name in ("b", "c", "d"):
+        diamond.step(lambda ctx, input: _small(input["a"]["i"]), name=name, depends_on=[a])
+
+    @diamond.step(depends_on=["b", "c", "d"])
+    def e(ctx: TaskContext, input: Any) -> dict[str, int]:
+        return _small(input["b"]["i"])
+
+    fanout = app.flow("fanout", base_delay=0)
+
+    @fanout.map(over="run")
+    def item(ctx: TaskContext, n: int) -> int:
+        return n
+
+    @fanout.step(depends_on=[item])
+    def total(ctx: TaskContext, input: Any) -> int:
+        return sum(input["item"])
+
+
+async def _many(app: App, name: str, inputs: list[Any]) -> float:
+    started = time.perf_counter()
+    handles = await asyncio.gather(*(app.start_async(name, i) for i in inputs))
+    await asyncio.gather(*(app.result_async(h.id, timeout=600) for h in handles))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dialect", choices=["pg", "sqlite"], default="pg")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--map-size", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
+    parser.add_argument("--json", dest="json_out", default=None)
+    args = parser.parse_args()
+    runs, size = (10, 50) if args.quick else (args.runs, args.map_size)
+
+    app = _app(args.dialect)
+    define(app)
+    results: dict[str, Any] = {"dialect": args.dialect, "runs": runs, "map_size": size}
+    with app.worker(concurrency=args.concurrency):
+        w1 = asyncio.run(_many(app, "five", list(range(runs))))
+        f1 = asyncio.run(_many(app, "diamond", list(range(runs))))
+        f2 = asyncio.run(_many(app, "fanout", [list(range(size))]))
+    app.close()
+    step_us = w1 / (runs * 5) * 1e6
+    task_us = f1 / (runs * 5) * 1e6
+    map_us = f2 / (size + 1) * 1e6
+    results.update(
+        w1_steps_per_s=round(runs * 5 / w1, 1),
+        f1_tasks_per_s=round(runs * 5 / f1, 1),
+        f2_tasks_per_s=round((size + 1) / f2, 1),
+        w1_us_per_step=round(step_us, 1),
+        f1_us_per_task=round(task_us, 1),
+        f2_us_per_task=round(map_us, 1),
+        task_over_step=round(task_us / step_us, 2),
+    )
+    print(json.dumps(results, indent=2))
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as out:
+            json.dump(results, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

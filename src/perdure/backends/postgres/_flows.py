@@ -1,0 +1,135 @@
+"""DAG flows on PostgreSQL: storing shapes (through the public ``create_flow`` /
+``add_step`` functions, so Python and SQL share one validation), starting flow runs
+(``start_flow_run``) and reading a flow run's steps. The rule that ends a task runs
+inside the database (``flow_task_ended``, from ``child_ended``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ...errors import ValidationError
+from ...flows.definition import FlowShape, StepShape
+from ...records import CreateResult, FlowTask, NewRun, Step
+from .._sqlfiles import load_queries
+from ._conn import PgConnections
+from ._convert import created_from_row, new_run_params
+
+__all__ = ["flow_steps", "get_flow", "register_flows", "start_flow"]
+
+Q = load_queries(__package__, "flows.sql")
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+async def get_flow(db: PgConnections, name: str, version: int | None) -> FlowShape | None:
+    """The stored shape of that version (None: the highest), or None."""
+    row = await db.one(Q["get_flow"], {"name": name, "version": version})
+    if row is None:
+        return None
+    flow, ver, max_attempts, base_delay, timeout, steps = row
+    return FlowShape(
+        flow,
+        ver,
+        max_attempts,
+        base_delay,
+        timeout,
+        tuple(
+            StepShape(step, tuple(deps), map_over, attempts, delay, limit)
+            for step, map_over, attempts, delay, limit, deps in steps
+        ),
+    )
+
+
+async def register_flows(db: PgConnections, shapes: list[FlowShape]) -> None:
+    """Store each shape not stored yet (one transaction each); a different stored
+    shape of the same version raises `ValidationError`."""
+    for shape in shapes:
+        stored = await get_flow(db, shape.name, shape.version)
+        if stored is not None:
+            if stored.to_dict() != shape.to_dict():
+                raise ValidationError(
+                    f"flow {shape.name!r} version {shape.version} is stored with another "
+                    "shape: a changed flow needs a new version"
+                )
+            continue
+        async with db.connection() as conn, conn.transaction():
+            await conn.execute(
+                Q["create_flow"],
+                {
+                    "name": shape.name,
+                    "max_attempts": shape.max_attempts,
+                    "base_delay": shape.base_delay,
+                    "timeout": shape.timeout,
+                    "version": shape.version,
+                },
+            )
+            for step in shape.steps:
+                await conn.execute(
+                    Q["add_step"],
+                    {
+                        "flow": shape.name,
+                        "step": step.name,
+                        "deps": list(step.depends_on),
+                        "max_attempts": step.max_attempts,
+                        "base_delay": step.base_delay,
+                        "timeout": step.timeout,
+                        "step_type": "single" if step.map_over is None else "map",
+                        "map_over": step.map_over,
+                        "version": shape.version,
+                    },
+                )
+
+
+async def start_flow(db: PgConnections, new: NewRun) -> CreateResult:
+    """Start a flow run through ``start_flow_run``."""
+    params = new_run_params(new)
+    row = await db.one(Q["start_flow_run"], params)
+    assert row is not None
+    return created_from_row(row)
+
+
+async def flow_steps(db: PgConnections, run_id: str) -> list[Step] | None:
+    """A flow run's steps with their tasks; None if ``run_id`` is no flow run."""
+    kind = await db.one(Q["run_kind"], {"run_id": run_id})
+    if kind is None or kind[0] != "flow":
+        return None
+    steps = []
+    for step, status, output, error, started, completed, tasks in await db.all(
+        Q["flow_steps"], {"run_id": run_id}
+    ):
+        mine = tuple(_task(*t) for t in tasks)
+        steps.append(
+            Step(
+                name=step,
+                kind="flow-task",
+                status=status,
+                output=output,
+                error=error,
+                attempts=sum(t.attempts for t in mine),
+                started_at=started,
+                completed_at=completed,
+                tasks=mine,
+            )
+        )
+    return steps
+
+
+def _task(
+    index: int,
+    status: str,
+    attempt: int,
+    output: Any,
+    error: Any,
+    task_id: str,
+    started: Any,
+    completed: Any,
+) -> FlowTask:
+    attempts = 0 if started is None else attempt - (status in ("pending", "waiting"))
+    return FlowTask(
+        index, status, attempts, output, error, task_id, _time(started), _time(completed)
+    )

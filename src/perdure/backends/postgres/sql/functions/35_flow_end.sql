@@ -1,0 +1,33 @@
+-- DAG flows (internal): ending a flow run.
+
+-- End the live flow run p_run_id: 'completed' with p_output, or 'failed' with
+-- p_error (then the failing step p_step is marked failed, its steps under way are
+-- cancelled, and so are its live tasks, so their late results are fenced out).
+-- Returns false if the run had ended already.
+CREATE OR REPLACE FUNCTION flow_end(
+    p_run_id text, p_status text, p_output json, p_step text, p_error jsonb
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+BEGIN
+    UPDATE runs SET
+        status = p_status, output = p_output, error = p_error,
+        completed_at = perdure_now(), updated_at = perdure_now(),
+        available_at = 'infinity', wake_reason = NULL
+    WHERE id = p_run_id AND status = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO events (run_id, type, data)
+    VALUES (p_run_id, p_status, CASE WHEN p_error IS NULL THEN NULL ELSE jsonb_build_object(
+        'type', p_error ->> 'type', 'message', p_error ->> 'message') END);
+    PERFORM send_notice('d', p_run_id);
+    IF p_status = 'failed' THEN
+        UPDATE flow_states SET status = 'failed', error = p_error, completed_at = perdure_now()
+        WHERE run_id = p_run_id AND step = p_step;
+        UPDATE flow_states SET status = 'cancelled', completed_at = perdure_now()
+        WHERE run_id = p_run_id AND status = 'started';
+        PERFORM cancel_descendants(p_run_id);
+    END IF;
+    RETURN true;
+END
+$$;

@@ -1,0 +1,59 @@
+-- DAG flows (internal): the rule that ends a task.
+
+-- Task p_task_id of the live flow run p_flow_id ended (p_status 'completed' with
+-- p_output, or 'failed' with p_error, after its retries or cancelled): called by
+-- child_ended() under the flow run's lock, in the transaction that ended the task. A
+-- failed task fails the run (error type StepFailed naming the step). A completed one
+-- is counted; its step completes when all its tasks did (a map's output: the list in
+-- element order) and flow_advance() starts what became ready. The task's own output
+-- is taken from p_output, never re-read: the statement that ended it may be the one
+-- calling here.
+CREATE OR REPLACE FUNCTION flow_task_ended(
+    p_flow_id text, p_task_id text, p_status text, p_output json, p_error jsonb
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_step text;
+    v_index integer;
+    v_map text;
+    v_left integer;
+    v_output json;
+BEGIN
+    SELECT r.parent_step, r.task_index, fs.map_over
+    INTO v_step, v_index, v_map
+    FROM runs r
+    JOIN runs f ON f.id = p_flow_id
+    JOIN flow_steps fs ON fs.flow = f.workflow AND fs.version = f.version AND fs.step = r.parent_step
+    WHERE r.id = p_task_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_status <> 'completed' THEN
+        PERFORM flow_end(p_flow_id, 'failed', NULL, v_step, jsonb_build_object(
+            'type', 'StepFailed', 'step', v_step, 'task_index', v_index,
+            'message', format('step %L failed: %s: %s', v_step, p_error ->> 'type',
+                              p_error ->> 'message'),
+            'cause', coalesce(p_error, '{}') - 'traceback'));
+        RETURN false;
+    END IF;
+    UPDATE flow_states SET remaining_tasks = remaining_tasks - 1
+    WHERE run_id = p_flow_id AND step = v_step AND status = 'started'
+    RETURNING remaining_tasks INTO v_left;
+    IF NOT FOUND OR v_left > 0 THEN
+        RETURN false;
+    END IF;
+    IF v_map IS NULL THEN
+        v_output := p_output;
+    ELSE
+        SELECT json_agg(CASE WHEN r.id = p_task_id THEN p_output ELSE r.output END
+                        ORDER BY r.task_index)
+        INTO v_output
+        FROM runs r
+        WHERE r.parent_id = p_flow_id AND r.parent_step = v_step AND r.kind = 'task';
+    END IF;
+    UPDATE flow_states SET status = 'completed', output = v_output, completed_at = perdure_now()
+    WHERE run_id = p_flow_id AND step = v_step;
+    PERFORM flow_advance(p_flow_id);
+    RETURN false;
+END
+$$;

@@ -1,0 +1,44 @@
+-- DAG flows (internal): starting a flow run.
+
+-- Start a run of flow p_flow at p_version (NULL: its highest stored version) as
+-- create_run() starts a workflow's (ids and idempotency keys alike): the run (kind
+-- 'flow', status 'running', never claimed itself), one state per step, and the
+-- tasks of the ready steps (flow_advance). PD001 if no such flow is stored.
+CREATE OR REPLACE FUNCTION start_flow_run(
+    p_id text, p_flow text, p_version integer, p_input jsonb, p_priority integer,
+    p_idempotency_key text, p_retention_days integer,
+    OUT created boolean, OUT run runs
+)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_version integer;
+    v_result record;
+BEGIN
+    SELECT f.version INTO v_version FROM flows f
+    WHERE f.name = p_flow AND (p_version IS NULL OR f.version = p_version)
+    ORDER BY f.version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%', format(
+            'no flow %s%s is stored: define it with app.flow(...) or perdure.create_flow first',
+            quote_nullable(left(p_flow, 200)),
+            CASE WHEN p_version IS NULL THEN '' ELSE ' version ' || p_version END)
+            USING ERRCODE = 'PD001';
+    END IF;
+    SELECT * INTO v_result FROM create_run(
+        p_id, p_flow, v_version, p_input, p_priority, p_idempotency_key,
+        p_retention_days => p_retention_days);
+    created := v_result.created;
+    run := v_result.run;
+    IF NOT created THEN
+        RETURN;
+    END IF;
+    UPDATE runs SET kind = 'flow', status = 'running', available_at = 'infinity',
+        started_at = perdure_now()
+    WHERE id = p_id;
+    INSERT INTO flow_states (run_id, step, step_index, status)
+    SELECT p_id, fs.step, fs.step_index, 'created'
+    FROM flow_steps fs WHERE fs.flow = p_flow AND fs.version = v_version;
+    PERFORM flow_advance(p_id);
+    SELECT * INTO run FROM runs WHERE id = p_id;
+END
+$$;
