@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import threading
 
+from ._schedule_client import decorator_schedule, store_schedule
 from .backends import create_backend
 from .backends.base import Backend
 from .records import WorkflowRecord
@@ -91,6 +92,8 @@ class Connections:
             for definition in definitions:
                 for pattern in definition.on:
                     await backend.subscribe_topic(pattern, definition.name)
+                if definition.schedule is not None:
+                    await store_schedule(backend, decorator_schedule(definition))
         self._synced = generation
 
     async def migrate(self) -> int:

@@ -23,6 +23,7 @@ from ._client import fetch_run
 from ._connections import Connections
 from ._portal import Portal
 from ._recovery import Recovery
+from ._schedule_client import ScheduleClient
 from ._run_ends import RunEnd, run_ends
 from ._steering import Steering
 from .backends.base import Backend
@@ -35,6 +36,7 @@ from .errors import (
 )
 from .handle import RunHandle
 from .ids import new_run_id
+from .limits import KeyFn, flow_control
 from .names import WorkflowRef, workflow_name
 from .records import (
     NewRun,
@@ -55,7 +57,7 @@ F = TypeVar("F", bound=Body)
 log = logging.getLogger("perdure")
 
 
-class App(Recovery, Steering):
+class App(Recovery, Steering, ScheduleClient):
     """A perdure application: register workflows, start and watch runs, run workers.
 
     Args:
@@ -103,6 +105,14 @@ class App(Recovery, Steering):
         deadline: Duration | None = None,
         priority: int | None = None,
         on: Iterable[str] | str | None = None,
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -117,6 +127,14 @@ class App(Recovery, Steering):
         deadline: Duration | None = None,
         priority: int | None = None,
         on: Iterable[str] | str | None = None,
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Any:
         """Register an ``async def body(ctx, input)`` as a workflow (bare or with options).
 
@@ -129,6 +147,19 @@ class App(Recovery, Steering):
             deadline: the run fails with DeadlineExceeded this long after it starts.
             priority: lower numbers are claimed first. Default 100.
             on: topic patterns (``"user.*"``) whose published events start this workflow.
+            schedule: a cron expression (``"0 9 * * MON-FRI"``): a schedule named after
+                the workflow, stored when the app opens (see `schedule`).
+            timezone: the IANA zone the schedule is read in. Default UTC.
+            concurrency: at most this many runs of it ``running`` at once.
+            concurrency_key: a function of the input (as JSON) giving the run's key, with
+                ``key_concurrency``: at most that many running per key. Runs of equal
+                priority are claimed round-robin across keys.
+            rate_limit: ``"100/m"``: at most that many runs start in any such window
+                (per ``rate_limit_key`` of the input, if given).
+            fifo_key: a function of the input: runs with the same key run one at a
+                time, in start order.
+
+        Keys are computed once, at start (see docs/limits.md).
 
         The function is returned unchanged (it can still be called directly in tests).
         """
@@ -143,6 +174,14 @@ class App(Recovery, Steering):
                 deadline=deadline,
                 priority=priority,
                 on=on,
+                schedule=schedule,
+                timezone=timezone,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
+                key_concurrency=key_concurrency,
+                rate_limit=rate_limit,
+                rate_limit_key=rate_limit_key,
+                fifo_key=fifo_key,
             )
             definition = replace(
                 definition,
@@ -236,6 +275,8 @@ class App(Recovery, Steering):
         version: int | None = None,
         retention_days: int | None = None,
         run_id: str | None = None,
+        debounce_key: str | None = None,
+        debounce: Duration | None = None,
     ) -> RunHandle:
         """Start a run: one committed insert; it will run whether or not a worker is up.
 
@@ -258,6 +299,10 @@ class App(Recovery, Steering):
                 ``PERDURE_MAX_RETENTION_DAYS``).
             run_id: the run's id (1-255 characters; default a new ULID). Starting with
                 an id that exists returns that run, like an idempotency key.
+            debounce_key: with ``debounce`` (a duration): while a run started with this
+                key is still pending, a start with the same key gives it this input
+                and pushes it back by ``debounce``, and returns its handle; one run
+                executes, with the last input.
 
         Returns:
             A `RunHandle`.
@@ -299,6 +344,9 @@ class App(Recovery, Steering):
             deadline_at=deadline_at,
             retention_days=retention,
         )
+        if debounce_key is not None or debounce is not None or registered:
+            definition = self._registry.get(name, resolved_version)
+            new = flow_control(new, definition, debounce_key, debounce, options)
         result = await (await self._backend()).create_run(new)
         warning = None
         if not registered and result.run.version is None:
@@ -328,6 +376,8 @@ class App(Recovery, Steering):
         version: int | None = None,
         retention_days: int | None = None,
         run_id: str | None = None,
+        debounce_key: str | None = None,
+        debounce: Duration | None = None,
     ) -> RunHandle:
         """Start a run; see `start_async`."""
         return self._portal.call(
@@ -342,6 +392,8 @@ class App(Recovery, Steering):
             version=version,
             retention_days=retention_days,
             run_id=run_id,
+            debounce_key=debounce_key,
+            debounce=debounce,
         )
 
     async def run_async(

@@ -36,11 +36,13 @@ from ..engine.services import RunServices
 from ..engine.suspend import engine_error
 from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
-from ..maintenance import sweep_forever
+from ..limits import claim_limits
+from ..maintenance import fire_schedules_forever, sweep_forever
 from ..names import validate_pattern
 from ..records import (
     Claim,
     ClaimParams,
+    WorkflowLimits,
     DeferParams,
     Fail,
     Notice,
@@ -132,6 +134,7 @@ class Worker:
         self._hard = False
         self._wakes = WakeTimes()  # wake times of runs this worker parked
         self._clock_offset = 0.0  # database clock minus local clock, seconds
+        self._limits: tuple[WorkflowLimits, ...] = ()  # of the served workflows
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -250,6 +253,7 @@ class Worker:
                 "before starting the worker"
             )
         pairs = tuple((d.name, d.version) for d in definitions)
+        self._limits = claim_limits(definitions)
         db_now = await self._until_reachable(backend.now)
         self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
         info = WorkerInfo(
@@ -303,6 +307,10 @@ class Worker:
         side_tasks = [
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
             asyncio.create_task(sweep_forever(backend, self._settings), name="perdure-sweeper"),
+            asyncio.create_task(
+                fire_schedules_forever(backend, self._registry, self._settings, self._poll(backend)),
+                name="perdure-schedules",
+            ),
         ]
         log.info(
             "worker %s serving %s with concurrency %d on %s",
@@ -347,7 +355,9 @@ class Worker:
                     # would take its own runs back (their leases expired meanwhile).
                     if self._active.renewal_owed and not await self._renew(backend):
                         raise BackendError("the database is still unreachable")
-                    claims = await backend.claim_runs(ClaimParams(self.id, pairs, free, self.lease))
+                    claims = await backend.claim_runs(
+                        ClaimParams(self.id, pairs, free, self.lease, self._limits)
+                    )
                     failures = 0
                 except Exception as exc:  # a storage error, or a bug: never the worker's end
                     failures += 1

@@ -25,6 +25,7 @@ from ...errors import (
 )
 from ...records import (
     Claim,
+    ClaimParams,
     Complete,
     CreateResult,
     Fail,
@@ -256,6 +257,29 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
     params = {name: getattr(new, name) for name in _NEW_RUN_FIELDS}
     params["input"] = new.input_json
     return params
+
+
+def limited_claim_params(params: ClaimParams) -> dict[str, Any]:
+    """The limits of the ``claim_runs_limited`` query, one array per field."""
+    limits = params.limits
+    limited = {lim.workflow for lim in limits}
+    return {
+        "l_workflows": [lim.workflow for lim in limits],
+        "l_concurrency": [lim.concurrency for lim in limits],
+        "l_key_concurrency": [lim.key_concurrency for lim in limits],
+        "l_rate": [lim.rate_limit for lim in limits],
+        "l_period": [lim.rate_period for lim in limits],
+        "l_fifo": [lim.fifo for lim in limits],
+        "plain_workflows": sorted({name for name, _ in params.workflows} - limited),
+        "scan": 4 * params.limit + 16,
+    }
+
+
+def create_query(new: NewRun) -> str:
+    """The query that creates ``new``: a start under flow control stores its keys."""
+    if new.concurrency_key is None and new.debounce_key is None and new.fifo_key is None:
+        return "create_run"
+    return "create_keyed_run"
 
 
 def created_from_row(row: tuple[Any, ...]) -> CreateResult:

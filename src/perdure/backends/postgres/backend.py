@@ -55,6 +55,8 @@ from ..base import Backend, NoticeCallback, Unsubscribe
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
+    create_query,
+    limited_claim_params,
     created_from_row,
     dumps,
     list_runs_params,
@@ -64,6 +66,7 @@ from ._convert import (
     transition_params,
 )
 from ._operations import Operations
+from ._schedules import ScheduleStore
 from ._schema import ident, migrate
 from .notify import Listener
 
@@ -81,7 +84,7 @@ def _pairs(workflows: Sequence[tuple[str, int]]) -> dict[str, Any]:
     return {"workflows": [w for w, _ in workflows], "versions": [v for _, v in workflows]}
 
 
-class PostgresBackend(Operations, Backend):
+class PostgresBackend(Operations, ScheduleStore, Backend):
     """Storage on PostgreSQL: one schema, a connection pool, LISTEN/NOTIFY notices.
 
     Args:
@@ -189,7 +192,7 @@ class PostgresBackend(Operations, Backend):
             cursors = []
             async with pipelined_transaction(conn):
                 for new in batch:
-                    cursors.append(await conn.execute(QUERIES["create_run"], new_run_params(new)))  # noqa: PERF401
+                    cursors.append(await conn.execute(QUERIES[create_query(new)], new_run_params(new)))  # noqa: PERF401
             results = []
             for cur in cursors:
                 row = await cur.fetchone()
@@ -198,7 +201,7 @@ class PostgresBackend(Operations, Backend):
             return results
 
     async def _create_one(self, new: NewRun) -> CreateResult:
-        row = await self._db.one(QUERIES["create_run"], new_run_params(new))
+        row = await self._db.one(QUERIES[create_query(new)], new_run_params(new))
         assert row is not None
         return created_from_row(row)
 
@@ -346,16 +349,21 @@ class PostgresBackend(Operations, Backend):
     async def claim_runs(self, params: ClaimParams) -> list[Claim]:
         if params.limit <= 0 or not params.workflows:
             return []
-        rows = await self._db.all(
-            QUERIES["claim_runs"],
-            {
-                **_pairs(params.workflows),
-                "worker": params.worker_id,
-                "limit": params.limit,
-                "lease": float(params.lease_seconds),
-            },
-            unsynced=True,
-        )
+        values = {
+            **_pairs(params.workflows),
+            "worker": params.worker_id,
+            "limit": params.limit,
+            "lease": float(params.lease_seconds),
+        }
+        if not params.limits:
+            rows = await self._db.all(QUERIES["claim_runs"], values, unsynced=True)
+        else:
+            rows = await self._db.all(
+                QUERIES["claim_runs_limited"],
+                values | limited_claim_params(params),
+                unsynced=True,
+                before=QUERIES["claim_limits_lock"],
+            )
         return [claim_from_row(row) for row in rows]
 
     async def extend_leases(

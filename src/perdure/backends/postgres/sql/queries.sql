@@ -111,6 +111,30 @@ FROM create_run(
     p_parent_step => %(parent_step)s::text
 ) AS c
 
+-- name: create_keyed_run
+-- Create a run with flow-control keys or a debounce through create_keyed_run(); as create_run.
+SELECT c.created,
+       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
+       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
+       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
+       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
+            THEN (c.run).available_at END,
+       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
+       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
+       NOT c.created AND (c.run).input <> %(input)s::jsonb
+FROM create_keyed_run(
+    p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
+    p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
+    p_idempotency_key => %(idempotency_key)s::text, p_delay => %(delay)s::double precision,
+    p_run_at => %(run_at)s::timestamptz, p_deadline_in => %(deadline_in)s::double precision,
+    p_deadline_at => %(deadline_at)s::timestamptz,
+    p_retention_days => %(retention_days)s::integer, p_parent_id => %(parent_id)s::text,
+    p_parent_step => %(parent_step)s::text,
+    p_concurrency_key => %(concurrency_key)s::text, p_fifo_key => %(fifo_key)s::text,
+    p_rate_key => %(rate_key)s::text, p_debounce_key => %(debounce_key)s::text,
+    p_debounce => %(debounce)s::double precision
+) AS c
+
 -- name: cancel_run
 -- Cancel a run and its live descendants through cancel_tree().
 SELECT cancel_tree(%(run_id)s)
@@ -563,3 +587,276 @@ WHERE n.nspname = current_schema() AND c.relname = 'runs'
 -- name: analyze_runs
 -- Refresh the planner statistics of runs, so claims keep using the claim index.
 ANALYZE runs
+
+-- name: claim_limits_lock
+-- Serialize the limited claims of this schema: sent in the claim's transaction before
+-- claim_runs_limited, so that statement's snapshot sees every earlier limited claim
+-- (its counts are exact, and racing workers never overshoot a limit).
+SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0))
+
+-- name: claim_runs_limited
+-- claim_runs for a worker serving workflows with flow-control limits (see
+-- 0006_limits_schedules.sql). Limited runs come lane by lane: a skip scan finds the
+-- (workflow, lane) pairs with live runs, each lane offers its first due runs, and
+-- equal priorities go round-robin across lanes. A candidate is admitted when it keeps
+-- within its lane's key_concurrency, is the oldest live run of its FIFO key, keeps
+-- the starts of its rate key in the last period within the rate, and keeps the
+-- workflow's running runs within its concurrency; a run whose lease expired keeps the
+-- slot it holds. Runs without a lane (unlimited workflows; runs started in SQL) are
+-- claimed as claim_runs does.
+WITH RECURSIVE served AS (
+    SELECT p.workflow, p.version
+    FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
+),
+lim AS (
+    SELECT l.workflow, l.concurrency, l.key_concurrency, l.rate, l.period, l.fifo
+    FROM unnest(%(l_workflows)s::text[], %(l_concurrency)s::integer[],
+                %(l_key_concurrency)s::integer[], %(l_rate)s::integer[],
+                %(l_period)s::double precision[], %(l_fifo)s::boolean[])
+        AS l(workflow, concurrency, key_concurrency, rate, period, fifo)
+),
+lane_walk(workflow, lane) AS (
+    SELECT l.workflow,
+           (SELECT r.concurrency_key FROM runs r
+            WHERE r.workflow = l.workflow AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NOT NULL
+            ORDER BY r.concurrency_key LIMIT 1)
+    FROM lim l
+    UNION ALL
+    SELECT w.workflow,
+           (SELECT r.concurrency_key FROM runs r
+            WHERE r.workflow = w.workflow AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NOT NULL AND r.concurrency_key > w.lane
+            ORDER BY r.concurrency_key LIMIT 1)
+    FROM lane_walk w
+    WHERE w.lane IS NOT NULL
+),
+lanes AS (
+    SELECT w.workflow, w.lane,
+           (SELECT count(*) FROM runs x
+            WHERE x.workflow = w.workflow AND x.concurrency_key = w.lane
+              AND x.status = 'running') AS running
+    FROM lane_walk w
+    WHERE w.lane IS NOT NULL
+),
+offered AS (
+    SELECT c.id, c.workflow, c.status, c.priority, c.available_at, c.created_at, c.fifo_key,
+           c.rate_key, c.started_at, n.running AS lane_running,
+           row_number() OVER (PARTITION BY c.workflow, c.lane
+                              ORDER BY c.priority, c.available_at, c.id) AS lane_rank,
+           (c.status = 'running') AS holder,
+           (count(*) FILTER (WHERE c.status <> 'running') OVER (
+                PARTITION BY c.workflow, c.lane ORDER BY c.priority, c.available_at, c.id)) AS lane_new
+    FROM lanes n
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.workflow, r.concurrency_key AS lane, r.status, r.priority, r.available_at,
+               r.created_at, r.fifo_key, r.rate_key, r.started_at
+        FROM runs r
+        WHERE r.workflow = n.workflow AND r.concurrency_key = n.lane
+          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= perdure_now()
+          AND (r.version IS NULL
+               OR r.version IN (SELECT s.version FROM served s WHERE s.workflow = n.workflow))
+        ORDER BY r.priority, r.available_at
+        LIMIT %(limit)s::integer
+    ) c
+),
+by_lane AS (
+    SELECT o.*, l.concurrency, l.rate, l.period, l.fifo
+    FROM offered o
+    JOIN lim l ON l.workflow = o.workflow
+    WHERE o.holder OR l.key_concurrency IS NULL
+       OR o.lane_running + o.lane_new <= l.key_concurrency
+),
+by_fifo AS (
+    SELECT b.*
+    FROM by_lane b
+    WHERE b.holder OR NOT b.fifo OR b.fifo_key IS NULL
+       OR NOT EXISTS (
+            SELECT 1 FROM runs o
+            WHERE o.workflow = b.workflow AND o.fifo_key = b.fifo_key
+              AND o.status IN ('pending', 'waiting', 'running') AND o.id <> b.id
+              AND ((o.created_at, o.id) < (b.created_at, b.id) OR o.status = 'running'))
+),
+rate_use AS (
+    SELECT k.workflow, k.rate_key,
+           (SELECT count(*) FROM runs x
+            WHERE x.workflow = k.workflow AND x.rate_key = k.rate_key
+              AND x.started_at IS NOT NULL
+              AND x.started_at > perdure_now() - make_interval(secs => k.period)) AS used
+    FROM (SELECT DISTINCT b.workflow, b.rate_key, b.period FROM by_fifo b
+          WHERE b.rate IS NOT NULL AND b.rate_key IS NOT NULL) k
+),
+by_rate AS (
+    SELECT b.*
+    FROM (
+        SELECT f.*, u.used,
+               count(*) FILTER (WHERE f.started_at IS NULL AND NOT f.holder) OVER (
+                   PARTITION BY f.workflow, f.rate_key
+                   ORDER BY f.priority, f.lane_rank, f.available_at, f.id) AS rate_new
+        FROM by_fifo f
+        LEFT JOIN rate_use u ON u.workflow = f.workflow AND u.rate_key = f.rate_key
+    ) b
+    WHERE b.holder OR b.used IS NULL OR b.started_at IS NOT NULL OR b.used + b.rate_new <= b.rate
+),
+wf_use AS (
+    SELECT l.workflow,
+           (SELECT count(*) FROM runs x
+            WHERE x.workflow = l.workflow AND x.concurrency_key IS NOT NULL
+              AND x.status = 'running') AS running
+    FROM lim l
+    WHERE l.concurrency IS NOT NULL
+),
+admitted AS (
+    SELECT b.id, b.priority, b.lane_rank, b.available_at
+    FROM (
+        SELECT r.*, u.running AS wf_running,
+               count(*) FILTER (WHERE NOT r.holder) OVER (
+                   PARTITION BY r.workflow
+                   ORDER BY r.priority, r.lane_rank, r.available_at, r.id) AS wf_new
+        FROM by_rate r
+        LEFT JOIN wf_use u ON u.workflow = r.workflow
+    ) b
+    WHERE b.holder OR b.concurrency IS NULL OR b.wf_running + b.wf_new <= b.concurrency
+),
+plain AS (
+    SELECT r.id, r.priority, 1::bigint AS lane_rank, r.available_at
+    FROM runs r
+    WHERE cardinality(%(plain_workflows)s::text[]) > 0
+      AND r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= perdure_now()
+      AND r.workflow = ANY(%(plain_workflows)s::text[])
+      AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+           OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
+    ORDER BY r.priority, r.available_at
+    LIMIT %(limit)s::integer
+),
+stray AS (
+    SELECT q.id, q.priority, 1::bigint AS lane_rank, q.available_at
+    FROM (
+        SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.workflow
+        FROM runs r
+        WHERE r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= perdure_now()
+          AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+               OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
+        ORDER BY r.priority, r.available_at
+        LIMIT %(scan)s::integer
+    ) q
+    WHERE q.concurrency_key IS NULL AND q.workflow IN (SELECT l.workflow FROM lim l)
+),
+picked AS (
+    SELECT a.id FROM (
+        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
+    ) a
+    ORDER BY a.priority, a.lane_rank, a.available_at
+    LIMIT %(limit)s::integer
+),
+due AS (
+    SELECT r.id, r.status, r.lease_owner,
+           coalesce(r.version, (SELECT max(s.version) FROM served s
+                                WHERE s.workflow = r.workflow)) AS version
+    FROM runs r
+    WHERE r.id IN (SELECT p.id FROM picked p)
+      AND r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= perdure_now()
+    FOR UPDATE OF r SKIP LOCKED
+),
+claimed AS (
+    UPDATE runs AS r SET
+        status = 'running',
+        version = due.version,
+        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+        lease_owner = %(worker)s::text,
+        lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        started_at = coalesce(r.started_at, perdure_now()),
+        wake_reason = NULL,
+        claims_since_progress = r.claims_since_progress + 1,
+        updated_at = perdure_now()
+    FROM due
+    WHERE r.id = due.id
+    RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
+),
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT c.id, 'lease_expired', jsonb_build_object('worker', c.previous_owner)
+    FROM claimed c
+    WHERE c.previous_status = 'running'
+    UNION ALL
+    SELECT c.id, 'claimed',
+           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
+    FROM claimed c
+)
+SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
+       c.updated_at, c.parent_step,
+       c.lease_token, c.claims_since_progress, c.step_attempts,
+       c.previous_status = 'running', perdure_now(),
+       (SELECT json_agg(json_build_array(s.key, s.kind, s.status, s.output, s.error, s.attempts,
+                                         s.started_at, s.completed_at) ORDER BY s.seq)
+        FROM steps s WHERE s.run_id = c.id),
+       (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
+        FROM waits w WHERE w.run_id = c.id)
+FROM claimed c
+ORDER BY c.priority, c.id
+
+-- name: _schedule_columns
+-- (a part) The columns of a schedule s, as schedule_from_row() reads them.
+s.name, s.workflow, s.cron, s.timezone, s.catch_up, s.paused, s.next_at, s.input,
+s.last_fired_at, s.created_at
+
+-- name: put_schedule
+-- Insert or update a schedule; an unchanged cron, zone and workflow keep next_at and paused.
+INSERT INTO schedules AS s (name, workflow, cron, input, timezone, catch_up, next_at)
+VALUES (%(name)s, %(workflow)s, %(cron)s, %(input)s::jsonb, %(timezone)s, %(catch_up)s,
+        %(next_at)s::timestamptz)
+ON CONFLICT (name) DO UPDATE SET
+    input = excluded.input,
+    catch_up = excluded.catch_up,
+    next_at = CASE WHEN (s.cron, s.timezone, s.workflow)
+                        = (excluded.cron, excluded.timezone, excluded.workflow)
+                   THEN s.next_at ELSE excluded.next_at END,
+    cron = excluded.cron,
+    timezone = excluded.timezone,
+    workflow = excluded.workflow,
+    updated_at = perdure_now()
+RETURNING {{_schedule_columns}}
+
+-- name: get_schedule
+-- One schedule by name.
+SELECT {{_schedule_columns}} FROM schedules s WHERE s.name = %(name)s
+
+-- name: list_schedules
+-- Every schedule, by name.
+SELECT {{_schedule_columns}} FROM schedules s ORDER BY s.name
+
+-- name: pause_schedule
+-- Pause or resume a schedule (a resume sets next_at); returns a row if it exists.
+UPDATE schedules SET
+    paused = %(paused)s::boolean,
+    next_at = coalesce(%(next_at)s::timestamptz, next_at),
+    updated_at = perdure_now()
+WHERE name = %(name)s
+RETURNING 1
+
+-- name: delete_schedule
+-- Delete a schedule; returns a row if there was one.
+DELETE FROM schedules WHERE name = %(name)s RETURNING 1
+
+-- name: due_schedules
+-- Schedules not paused whose next tick is past, earliest first.
+SELECT {{_schedule_columns}} FROM schedules s
+WHERE NOT s.paused AND s.next_at <= perdure_now()
+ORDER BY s.next_at
+LIMIT %(limit)s::integer
+
+-- name: advance_schedule
+-- Move next_at on if no other process did first (compare-and-set); returns a row if so.
+UPDATE schedules SET
+    next_at = %(to_at)s::timestamptz,
+    last_fired_at = coalesce(%(fired_at)s::timestamptz, last_fired_at),
+    updated_at = perdure_now()
+WHERE name = %(name)s AND next_at = %(from_at)s::timestamptz AND NOT paused
+RETURNING 1
