@@ -11,7 +11,9 @@ Rules every implementation keeps:
   `extend_leases`) checks the run's ``lease_token`` and ``status = 'running'`` in the
   same statement that writes; a mismatch writes nothing.
 * **Database clock.** Leases, due times and deadlines are judged by the database's
-  clock (Postgres ``now()``; the SQLite backend's own clock), never the caller's.
+  clock (Postgres ``perdure_now()``; the SQLite backend's own clock), never the
+  caller's. That clock is real time plus an offset stored in the database
+  (`clock_offset`, `set_clock_offset`), the same for every process on it.
 * **Validation.** Values arrive validated and JSON arrives encoded (``*_json`` text);
   backends still reject what would corrupt the store (e.g. unknown status values).
 * **Notices.** After a commit that makes work claimable (create, signal, publish,
@@ -93,7 +95,26 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def now(self) -> datetime:
-        """The database clock (timezone-aware UTC)."""
+        """The database clock (timezone-aware UTC): real time plus `clock_offset`."""
+
+    @abc.abstractmethod
+    async def clock_offset(self) -> float:
+        """How far, in seconds, the database clock runs ahead of real time (0.0 until
+        `set_clock_offset` moves it)."""
+
+    @abc.abstractmethod
+    async def set_clock_offset(self, seconds: float) -> None:
+        """Move the database clock to real time plus ``seconds``, for every process and
+        every backend instance on this database (PostgreSQL: this schema only), at once.
+
+        Every due time, lease, deadline and retry backoff is judged by that clock, so
+        moving it forward makes them due as real time passing would; a ``wake``
+        notice (no run id) tells workers to look again. The offset is stored in the
+        database and survives `migrate`. The clock never runs backwards: a negative
+        offset, or one smaller than the current one, raises `ValidationError`, as
+        does an offset of more than 100 years. Meant for tests
+        (`perdure.testing.TestEnvironment`), not production.
+        """
 
     # ------------------------------------------------------------------ registry
 

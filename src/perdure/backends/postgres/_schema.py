@@ -15,6 +15,7 @@ from psycopg import sql
 
 from ..._version import __version__
 from .._sqlfiles import function_set, load_migrations, pending_migrations
+from ._clock import read_offset, restore_offset
 from ._conn import QUERIES, PgConnections
 
 log = logging.getLogger("perdure.backends.postgres")
@@ -69,8 +70,10 @@ async def _apply_functions(conn: psycopg.AsyncConnection[Any], schema: str) -> N
     ):
         return
     log.info("applying the functions of schema %s", schema)
+    offset = await read_offset(conn)  # a moved test clock stays where it was
     for _name, text in functions.files:
         await conn.execute(text)
+    await restore_offset(conn, offset)
     await conn.execute(
         QUERIES["record_functions"], {"digest": functions.digest, "version": __version__}
     )

@@ -52,6 +52,7 @@ from ...records import (
 )
 from .._cursor import encode_cursor
 from ..base import Backend, NoticeCallback, Unsubscribe
+from ._clock import set_offset
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
@@ -139,6 +140,13 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         assert row is not None
         value: datetime = row[0]
         return value
+
+    async def clock_offset(self) -> float:
+        row = await self._db.one(QUERIES["clock_offset"])
+        return round(float(row[0]), 6) if row else 0.0
+
+    async def set_clock_offset(self, seconds: float) -> None:
+        await set_offset(self._db, self._schema, seconds)
 
     # ------------------------------------------------------------------ registry
 

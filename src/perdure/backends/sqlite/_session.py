@@ -4,6 +4,11 @@ A `Session` wraps the one connection (autocommit mode: ``isolation_level=None``)
 the backend's clock and the notices that the current operation will emit after it
 commits. Write transactions always start with ``BEGIN IMMEDIATE`` and take "now" only
 once the write lock is held, so time order matches commit order across processes.
+
+"Now" is the injected clock plus the offset stored in the file's ``clock`` table
+(moved by `perdure.testing`), read with each "now": one primary-key lookup on a page
+already in the cache, inside the caller's transaction, so every process on the file
+judges time alike and an offset moved by one is seen by the others at once.
 """
 
 from __future__ import annotations
@@ -60,8 +65,23 @@ class Session:
         self.notices: list[Notice] = []
 
     def clock(self) -> float:
-        """The backend's clock, to the microsecond (so datetimes round-trip exactly)."""
-        return round(self._clock(), 6)
+        """The database clock, to the microsecond (so datetimes round-trip exactly)."""
+        return round(self._clock() + self.clock_offset(), 6)
+
+    def clock_offset(self) -> float:
+        """The offset stored in the file (0.0 while it has no ``clock`` table yet: a
+        file not migrated by this perdure)."""
+        try:
+            row = self.conn.execute(QUERIES["clock_offset"]).fetchone()
+        except sqlite3.OperationalError:
+            if self._has_clock():
+                raise
+            return 0.0
+        return float(row[0]) if row is not None else 0.0
+
+    def _has_clock(self) -> bool:
+        row = self.conn.execute(QUERIES["clock_table_exists"]).fetchone()
+        return row is not None
 
     def notify(self, kind: str, run_id: str | None) -> None:
         """Queue a notice; it is sent only after the operation committed."""

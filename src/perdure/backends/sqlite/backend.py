@@ -47,6 +47,7 @@ from ...records import (
     WorkflowSummary,
 )
 from ...validation import check_int
+from .._clock import check_offset
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, Unsubscribe
 from . import _operations, _producers, _reads, _registry, _workers
@@ -234,7 +235,14 @@ class SQLiteBackend(Backend):
                 log.warning("closing %s failed: %s", self.path, exc)
 
     async def now(self) -> datetime:
-        return to_dt(self._clock())
+        return to_dt(await self._call(Session.clock))
+
+    async def clock_offset(self) -> float:
+        return await self._call(Session.clock_offset)
+
+    async def set_clock_offset(self, seconds: float) -> None:
+        check_offset(seconds, 0.0)  # a bad value is refused before the thread is asked
+        await self._call(_set_clock_offset, seconds)
 
     # ------------------------------------------------------------------ registry
 
@@ -381,6 +389,8 @@ def _migrate(s: Session) -> int:
     latest = MIGRATIONS[-1].version if MIGRATIONS else 0
     with s.write() as now:
         s.conn.execute(QUERIES["create_schema_version"])
+        s.conn.execute(QUERIES["create_clock"])
+        s.conn.execute(QUERIES["init_clock"])
         row = s.one(QUERIES["current_schema_version"], {})
         current = 0 if row is None else int(row["version"])
         for migration in pending_migrations(MIGRATIONS, current):
@@ -389,6 +399,12 @@ def _migrate(s: Session) -> int:
             s.run(QUERIES["insert_schema_version"], {"version": migration.version, "now": now})
             log.info("applied SQLite migration %s", migration.name)
     return max(current, latest)
+
+
+def _set_clock_offset(s: Session, seconds: float) -> None:
+    with s.write():
+        s.run(QUERIES["set_clock_offset"], {"offset": check_offset(seconds, s.clock_offset())})
+    s.notify("wake", None)  # due times moved: workers look again
 
 
 def _sweep(s: Session, max_retention_days: int, limit: int) -> int:

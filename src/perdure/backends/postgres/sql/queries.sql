@@ -75,6 +75,20 @@ SET LOCAL synchronous_commit TO off
 -- The database clock.
 SELECT perdure_now()
 
+-- name: clock_offset
+-- How far the schema's clock runs ahead of real time, in seconds.
+SELECT extract(epoch FROM perdure_now() - pg_catalog.now())::float8
+
+-- name: set_clock
+-- The clock moved {offset} microseconds ahead (a validated int, via psycopg.sql.Literal).
+CREATE OR REPLACE FUNCTION perdure_now() RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT pg_catalog.now() + {offset} * interval '1 microsecond' $$
+
+-- name: clock_moved
+-- Tell every worker on the schema to look for work again (sent at commit).
+SELECT send_notice('w', '')
+
 -- name: register_workflows
 -- Upsert workflow definitions into the registry.
 INSERT INTO workflows (name, version, options)

@@ -17,6 +17,29 @@ SELECT COALESCE(MAX(version), 0) AS version FROM schema_version
 -- Record one applied migration.
 INSERT INTO schema_version (version, applied_at) VALUES (:version, :now)
 
+-- name: create_clock
+-- The clock's offset from real time, one row, made before the migrations like schema_version.
+CREATE TABLE IF NOT EXISTS clock (
+    id             INTEGER PRIMARY KEY CHECK (id = 1),
+    offset_seconds REAL NOT NULL
+)
+
+-- name: init_clock
+-- The clock starts at real time.
+INSERT OR IGNORE INTO clock (id, offset_seconds) VALUES (1, 0.0)
+
+-- name: clock_table_exists
+-- Whether the file has its clock table yet.
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'clock'
+
+-- name: clock_offset
+-- How far the database clock runs ahead of real time, in seconds.
+SELECT offset_seconds FROM clock WHERE id = 1
+
+-- name: set_clock_offset
+-- Move the database clock.
+UPDATE clock SET offset_seconds = :offset WHERE id = 1
+
 -- name: upsert_workflow
 -- Register (or refresh) one workflow definition.
 INSERT INTO workflows (name, version, options, registered_at)
