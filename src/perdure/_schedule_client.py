@@ -116,7 +116,9 @@ class ScheduleClient(ClientBase):
         catch_up: str = "latest",
     ) -> Schedule:
         """Create or update a cron schedule; see `schedule_async`."""
-        return self._portal.call(self.schedule_async, name, workflow, cron, input, timezone, catch_up)
+        return self._portal.call(
+            self.schedule_async, name, workflow, cron, input, timezone, catch_up
+        )
 
     async def list_schedules_async(self) -> list[Schedule]:
         """Every schedule, by name."""

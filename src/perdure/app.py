@@ -23,8 +23,8 @@ from ._client import fetch_run
 from ._connections import Connections
 from ._portal import Portal
 from ._recovery import Recovery
-from ._schedule_client import ScheduleClient
 from ._run_ends import RunEnd, run_ends
+from ._schedule_client import ScheduleClient
 from ._steering import Steering
 from .backends.base import Backend
 from .durations import Duration, to_seconds

@@ -26,7 +26,15 @@ from .validation import MAX_KEY_LENGTH, check_int, check_key
 if TYPE_CHECKING:
     from .workflow import WorkflowDefinition
 
-__all__ = ["KeyFn", "Limits", "RunKeys", "claim_limits", "flow_control", "parse_rate_limit"]
+__all__ = [
+    "NO_LIMITS",
+    "KeyFn",
+    "Limits",
+    "RunKeys",
+    "claim_limits",
+    "flow_control",
+    "parse_rate_limit",
+]
 
 #: A key function: the run's input (as JSON) to a str or int key.
 KeyFn = Callable[[Any], Any]
@@ -44,7 +52,8 @@ def parse_rate_limit(text: object) -> tuple[int, float]:
     match = _RATE.match(text) if isinstance(text, str) else None
     if match is None:
         raise ConfigurationError(
-            f"rate_limit must look like '100/m' (a count, '/', a unit or duration), got {text!r:.80}"
+            "rate_limit must look like '100/m' (a count, '/', a unit or duration), "
+            f"got {text!r:.80}"
         )
     count = int(match.group(1))
     if not 1 <= count < 2**31:
@@ -57,7 +66,9 @@ def parse_rate_limit(text: object) -> tuple[int, float]:
         except ValidationError as exc:
             raise ConfigurationError(str(exc)) from None
     if not 0 < period <= 366 * 86400:
-        raise ConfigurationError(f"rate_limit period must be more than 0 and at most a year, got {unit!r}")
+        raise ConfigurationError(
+            f"rate_limit period must be more than 0 and at most a year, got {unit!r}"
+        )
     return count, period
 
 
@@ -162,6 +173,10 @@ class Limits:
         return RunKeys(lane=lane, fifo=fifo, rate=rate)
 
 
+#: No limit declared.
+NO_LIMITS = Limits()
+
+
 def _key(workflow: str, what: str, fn: KeyFn | None, value: Any) -> str | None:
     if fn is None:
         return None
@@ -204,7 +219,7 @@ def flow_control(
     if (debounce_key is None) != (debounce is None):
         raise ValidationError("debounce_key and debounce go together")
     fields: dict[str, Any] = {}
-    if debounce_key is not None:
+    if debounce_key is not None and debounce is not None:
         seconds = to_seconds(debounce, what="debounce")
         if seconds <= 0:
             raise ValidationError(f"debounce must be more than 0 seconds, got {debounce!r:.80}")
@@ -219,5 +234,8 @@ def flow_control(
     elif definition is None and options and isinstance(options.get("limited"), dict):
         # Declared elsewhere (the registry says so) but its key functions are not
         # here: the run joins the workflow's '' lane, under its workflow-wide limits.
-        fields |= {"concurrency_key": "", "rate_key": "" if options["limited"].get("rate") else None}
+        fields |= {
+            "concurrency_key": "",
+            "rate_key": "" if options["limited"].get("rate") else None,
+        }
     return replace(new, **fields) if fields else new

@@ -24,7 +24,13 @@ from .workflow import Registry
 
 log = logging.getLogger("perdure.worker")
 
-__all__ = ["fire_due_schedules", "fire_schedules_forever", "start_tick", "sweep_forever", "ticks_to_fire"]
+__all__ = [
+    "fire_due_schedules",
+    "fire_schedules_forever",
+    "start_tick",
+    "sweep_forever",
+    "ticks_to_fire",
+]
 
 
 async def sweep_forever(backend: Backend, settings: Settings) -> None:
@@ -82,7 +88,9 @@ async def start_tick(
     new = flow_control(new, definition, None, None)
     result = await backend.create_run(new)
     if result.created:
-        log.info("schedule %s fired tick %s: run %s", schedule.name, tick.isoformat(), result.run.id)
+        log.info(
+            "schedule %s fired tick %s: run %s", schedule.name, tick.isoformat(), result.run.id
+        )
     return result.run.id
 
 

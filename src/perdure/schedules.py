@@ -77,9 +77,11 @@ def check_cron(cron: object) -> str:
         raise ValidationError(f"cron must be a cron expression string, got {cron!r:.80}")
     text = " ".join(cron.split())
     if len(text.split(" ")) != 5:
-        raise ValidationError(f"cron {cron!r:.80} must have five fields: minute hour day month weekday")
+        raise ValidationError(
+            f"cron {cron!r:.80} must have five fields: minute hour day month weekday"
+        )
     try:
-        CronSim(text, datetime(2000, 1, 1))
+        CronSim(text, datetime(2000, 1, 1))  # noqa: DTZ001 - cron walks wall times
     except (CronSimError, ValueError) as exc:
         raise ValidationError(f"invalid cron expression {cron!r:.80}: {exc}") from None
     return text
@@ -92,14 +94,18 @@ def check_timezone(name: object) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValidationError(f"unknown time zone {name!r:.80} (use an IANA name such as 'Europe/Paris')") from None
+        raise ValidationError(
+            f"unknown time zone {name!r:.80} (use an IANA name such as 'Europe/Paris')"
+        ) from None
     return name
 
 
 def check_catch_up(mode: object) -> str:
     """One of `CATCH_UP_MODES`."""
     if mode not in CATCH_UP_MODES:
-        raise ValidationError(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}, got {mode!r:.80}")
+        raise ValidationError(
+            f"catch_up must be one of {', '.join(CATCH_UP_MODES)}, got {mode!r:.80}"
+        )
     assert isinstance(mode, str)
     return mode
 

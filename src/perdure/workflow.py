@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError, ValidationError
-from .limits import KeyFn, Limits
+from .limits import NO_LIMITS, KeyFn, Limits
 from .names import glob_matches, validate_pattern, validate_workflow_name
 from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from .schedules import check_cron, check_timezone
@@ -54,7 +54,7 @@ class WorkflowDefinition:
     priority: int = DEFAULT_PRIORITY
     on: tuple[str, ...] = ()
     takes_input: bool = True
-    limits: Limits = Limits()
+    limits: Limits = NO_LIMITS
     schedule: str | None = None
     timezone: str = "UTC"
 

@@ -32,7 +32,6 @@ from datetime import datetime
 
 from ..records import (
     Claim,
-    Schedule,
     ClaimParams,
     CreateResult,
     DeferParams,
@@ -43,6 +42,7 @@ from ..records import (
     Page,
     Published,
     Run,
+    Schedule,
     SignalOutcome,
     Step,
     Transition,

@@ -42,12 +42,12 @@ from ..names import validate_pattern
 from ..records import (
     Claim,
     ClaimParams,
-    WorkflowLimits,
     DeferParams,
     Fail,
     Notice,
     Transition,
     WorkerInfo,
+    WorkflowLimits,
 )
 from ..validation import check_int
 from .active import ActiveRuns
@@ -308,7 +308,9 @@ class Worker:
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
             asyncio.create_task(sweep_forever(backend, self._settings), name="perdure-sweeper"),
             asyncio.create_task(
-                fire_schedules_forever(backend, self._registry, self._settings, self._poll(backend)),
+                fire_schedules_forever(
+                    backend, self._registry, self._settings, self._poll(backend)
+                ),
                 name="perdure-schedules",
             ),
         ]

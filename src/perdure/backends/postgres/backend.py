@@ -57,9 +57,9 @@ from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
     create_query,
-    limited_claim_params,
     created_from_row,
     dumps,
+    limited_claim_params,
     list_runs_params,
     new_run_params,
     run_from_row,
@@ -200,7 +200,8 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             cursors = []
             async with pipelined_transaction(conn):
                 for new in batch:
-                    cursors.append(await conn.execute(QUERIES[create_query(new)], new_run_params(new)))  # noqa: PERF401
+                    query = QUERIES[create_query(new)]
+                    cursors.append(await conn.execute(query, new_run_params(new)))
             results = []
             for cur in cursors:
                 row = await cur.fetchone()

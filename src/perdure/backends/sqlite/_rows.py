@@ -68,6 +68,10 @@ def insert_run(
             "deadline_at": deadline_at,
             "retention_days": new.retention_days,
             "now": now,
+            "concurrency_key": new.concurrency_key,
+            "fifo_key": new.fifo_key,
+            "rate_key": new.rate_key,
+            "debounce_key": new.debounce_key,
         },
     )
     if row is not None:

@@ -615,9 +615,9 @@ SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current
 -- equal priorities go round-robin across lanes. A candidate is admitted when it keeps
 -- within its lane's key_concurrency, is the oldest live run of its FIFO key, keeps
 -- the starts of its rate key in the last period within the rate, and keeps the
--- workflow's running runs within its concurrency; a run whose lease expired keeps the
--- slot it holds. Runs without a lane (unlimited workflows; runs started in SQL) are
--- claimed as claim_runs does.
+-- workflow's running runs within its concurrency. A run whose lease expired still
+-- holds its slot: it is taken back first, outside the lanes. Runs without a lane
+-- (unlimited workflows; runs started in SQL) are claimed as claim_runs does.
 WITH RECURSIVE served AS (
     SELECT p.workflow, p.version
     FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
@@ -657,17 +657,14 @@ offered AS (
     SELECT c.id, c.workflow, c.status, c.priority, c.available_at, c.created_at, c.fifo_key,
            c.rate_key, c.started_at, n.running AS lane_running,
            row_number() OVER (PARTITION BY c.workflow, c.lane
-                              ORDER BY c.priority, c.available_at, c.id) AS lane_rank,
-           (c.status = 'running') AS holder,
-           (count(*) FILTER (WHERE c.status <> 'running') OVER (
-                PARTITION BY c.workflow, c.lane ORDER BY c.priority, c.available_at, c.id)) AS lane_new
+                              ORDER BY c.priority, c.available_at, c.id) AS lane_rank
     FROM lanes n
     CROSS JOIN LATERAL (
         SELECT r.id, r.workflow, r.concurrency_key AS lane, r.status, r.priority, r.available_at,
                r.created_at, r.fifo_key, r.rate_key, r.started_at
         FROM runs r
         WHERE r.workflow = n.workflow AND r.concurrency_key = n.lane
-          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.status IN ('pending', 'waiting', 'running') AND r.status <> 'running'
           AND r.available_at <= perdure_now()
           AND (r.version IS NULL
                OR r.version IN (SELECT s.version FROM served s WHERE s.workflow = n.workflow))
@@ -679,13 +676,12 @@ by_lane AS (
     SELECT o.*, l.concurrency, l.rate, l.period, l.fifo
     FROM offered o
     JOIN lim l ON l.workflow = o.workflow
-    WHERE o.holder OR l.key_concurrency IS NULL
-       OR o.lane_running + o.lane_new <= l.key_concurrency
+    WHERE l.key_concurrency IS NULL OR o.lane_running + o.lane_rank <= l.key_concurrency
 ),
 by_fifo AS (
     SELECT b.*
     FROM by_lane b
-    WHERE b.holder OR NOT b.fifo OR b.fifo_key IS NULL
+    WHERE NOT b.fifo OR b.fifo_key IS NULL
        OR NOT EXISTS (
             SELECT 1 FROM runs o
             WHERE o.workflow = b.workflow AND o.fifo_key = b.fifo_key
@@ -705,13 +701,13 @@ by_rate AS (
     SELECT b.*
     FROM (
         SELECT f.*, u.used,
-               count(*) FILTER (WHERE f.started_at IS NULL AND NOT f.holder) OVER (
+               count(*) FILTER (WHERE f.started_at IS NULL) OVER (
                    PARTITION BY f.workflow, f.rate_key
                    ORDER BY f.priority, f.lane_rank, f.available_at, f.id) AS rate_new
         FROM by_fifo f
         LEFT JOIN rate_use u ON u.workflow = f.workflow AND u.rate_key = f.rate_key
     ) b
-    WHERE b.holder OR b.used IS NULL OR b.started_at IS NOT NULL OR b.used + b.rate_new <= b.rate
+    WHERE b.used IS NULL OR b.started_at IS NOT NULL OR b.used + b.rate_new <= b.rate
 ),
 wf_use AS (
     SELECT l.workflow,
@@ -725,13 +721,21 @@ admitted AS (
     SELECT b.id, b.priority, b.lane_rank, b.available_at
     FROM (
         SELECT r.*, u.running AS wf_running,
-               count(*) FILTER (WHERE NOT r.holder) OVER (
+               row_number() OVER (
                    PARTITION BY r.workflow
                    ORDER BY r.priority, r.lane_rank, r.available_at, r.id) AS wf_new
         FROM by_rate r
         LEFT JOIN wf_use u ON u.workflow = r.workflow
     ) b
-    WHERE b.holder OR b.concurrency IS NULL OR b.wf_running + b.wf_new <= b.concurrency
+    WHERE b.concurrency IS NULL OR b.wf_running + b.wf_new <= b.concurrency
+),
+recovered AS (
+    SELECT r.id, r.priority, 0::bigint AS lane_rank, r.available_at
+    FROM lim l
+    JOIN runs r ON r.workflow = l.workflow
+    WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL
+      AND r.available_at <= perdure_now()
+      AND (r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
 ),
 plain AS (
     SELECT r.id, r.priority, 1::bigint AS lane_rank, r.available_at
@@ -761,7 +765,8 @@ stray AS (
 ),
 picked AS (
     SELECT a.id FROM (
-        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
+        SELECT * FROM recovered UNION ALL SELECT * FROM admitted
+        UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
     ) a
     ORDER BY a.priority, a.lane_rank, a.available_at
     LIMIT %(limit)s::integer

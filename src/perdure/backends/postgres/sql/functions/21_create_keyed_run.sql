@@ -21,7 +21,7 @@ LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
     v_result record;
 BEGIN
-    IF p_concurrency_key IS NOT NULL THEN
+    IF p_concurrency_key <> '' THEN  -- '' is the workflow's one lane
         PERFORM check_key('the concurrency key', p_concurrency_key);
     END IF;
     IF p_fifo_key IS NOT NULL THEN
