@@ -378,6 +378,8 @@ class Worker:
                 if not claims:
                     await self._defer_unavailable(backend, pairs)
                 timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
+                if self._limits:  # a run a limit holds back is due: no busy loop on it
+                    timeout = max(timeout, min(poll, 0.25))
             await self._sleep(timeout)
 
     async def _release_orphans(self, backend: Backend) -> None:
@@ -481,8 +483,10 @@ class Worker:
     def _on_notice(self, notice: Notice) -> None:
         if notice.kind == "cancel" and notice.run_id is not None:
             self._active.cancel(notice.run_id, "cancelled")
-        elif notice.kind == "wake" and self._wakeup is not None:
-            self._wakeup.set()
+        elif self._wakeup is not None and (
+            notice.kind == "wake" or (notice.kind == "done" and self._limits)
+        ):
+            self._wakeup.set()  # with limits, a run's end may free a slot
 
     async def _heartbeat_loop(self, backend: Backend) -> None:
         """Renew the leases of the runs this worker executes, every third of the lease.
