@@ -346,7 +346,8 @@ class App(Recovery, Steering, ScheduleClient):
         )
         if debounce_key is not None or debounce is not None or registered:
             definition = self._registry.get(name, resolved_version)
-            new = flow_control(new, definition, debounce_key, debounce, options)
+            limits = None if definition is None else definition.limits
+            new = flow_control(new, limits, debounce_key, debounce, options)
         result = await (await self._backend()).create_run(new)
         warning = None
         if not registered and result.run.version is None:

@@ -16,15 +16,12 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError, ValidationError
 from .records import NewRun, WorkflowLimits
 from .validation import MAX_KEY_LENGTH, check_int, check_key
-
-if TYPE_CHECKING:
-    from .workflow import WorkflowDefinition
 
 __all__ = [
     "NO_LIMITS",
@@ -198,23 +195,23 @@ def _key(workflow: str, what: str, fn: KeyFn | None, value: Any) -> str | None:
     return text
 
 
-def claim_limits(definitions: Iterable[WorkflowDefinition]) -> tuple[WorkflowLimits, ...]:
-    """The limits a worker serving these definitions claims under, one per limited
-    workflow name (the highest version's)."""
-    by_name = {d.name: d.limits.record(d.name) for d in definitions if d.limits.declared}
+def claim_limits(served: Iterable[tuple[str, Limits]]) -> tuple[WorkflowLimits, ...]:
+    """The limits a worker serving these (workflow name, limits) pairs claims under, one
+    per limited name (the last given: the highest version's)."""
+    by_name = {name: limits.record(name) for name, limits in served if limits.declared}
     return tuple(by_name[name] for name in sorted(by_name))
 
 
 def flow_control(
     new: NewRun,
-    definition: WorkflowDefinition | None,
+    limits: Limits | None,
     debounce_key: str | None,
     debounce: Duration | None,
     options: dict[str, Any] | None = None,
 ) -> NewRun:
-    """A start with its flow-control fields: the keys of its workflow's limits (from
-    the definition, or the '' lane when only the registry's ``options`` say it is
-    limited) and its debounce. Bad options are a
+    """A start with its flow-control fields: the keys of its workflow's ``limits`` (the
+    definition's; None when this process lacks the code: then the '' lane if the
+    registry's ``options`` say it is limited) and its debounce. Bad options are a
     `ValidationError` before anything is stored."""
     if (debounce_key is None) != (debounce is None):
         raise ValidationError("debounce_key and debounce go together")
@@ -228,10 +225,10 @@ def flow_control(
         fields["debounce_key"] = check_key(debounce_key, "debounce_key")
         fields["debounce"] = seconds
         fields["delay"] = seconds
-    if definition is not None and definition.limits.declared:
-        keys = definition.limits.keys(definition.name, json.loads(new.input_json))
+    if limits is not None and limits.declared:
+        keys = limits.keys(new.workflow, json.loads(new.input_json))
         fields |= {"concurrency_key": keys.lane, "fifo_key": keys.fifo, "rate_key": keys.rate}
-    elif definition is None and options and isinstance(options.get("limited"), dict):
+    elif limits is None and options and isinstance(options.get("limited"), dict):
         # Declared elsewhere (the registry says so) but its key functions are not
         # here: the run joins the workflow's '' lane, under its workflow-wide limits.
         fields |= {

@@ -85,7 +85,7 @@ async def start_tick(
         deadline_in=options.get("deadline_seconds"),
         retention_days=min(int(options.get("retention_days", 30)), settings.max_retention_days),
     )
-    new = flow_control(new, definition, None, None)
+    new = flow_control(new, None if definition is None else definition.limits, None, None, options)
     result = await backend.create_run(new)
     if result.created:
         log.info(

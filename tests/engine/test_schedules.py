@@ -113,7 +113,7 @@ def test_three_worker_processes_fire_one_run_per_tick(database: Any, tmp_path: P
         first = schedule_of(app, "every-minute").next_at
         for step in range(1, 6):
             clock.to(first + timedelta(seconds=60 * (step - 1) + 1))
-            wait_for(lambda s=step: len(ticks(app, "tick")) >= s, 60)
+            wait_for(lambda s=step: len(ticks(app, "tick")) >= s, 60)  # type: ignore[misc]
         last = clock.now()
         fired = ticks(app, "tick")
         expected = [t.isoformat() for t in due_ticks("* * * * *", "UTC", first, last)]

@@ -253,7 +253,7 @@ class Worker:
                 "before starting the worker"
             )
         pairs = tuple((d.name, d.version) for d in definitions)
-        self._limits = claim_limits(definitions)
+        self._limits = claim_limits((d.name, d.limits) for d in definitions)
         db_now = await self._until_reachable(backend.now)
         self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
         info = WorkerInfo(
