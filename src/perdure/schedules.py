@@ -82,7 +82,7 @@ def check_cron(cron: object) -> str:
         )
     try:
         CronSim(text, datetime(2000, 1, 1))  # noqa: DTZ001 - cron walks wall times
-    except (CronSimError, ValueError) as exc:
+    except (CronSimError, ValueError, OverflowError) as exc:
         raise ValidationError(f"invalid cron expression {cron!r:.80}: {exc}") from None
     return text
 
@@ -93,7 +93,7 @@ def check_timezone(name: object) -> str:
         raise ValidationError(f"timezone must be an IANA zone name, got {name!r:.80}")
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory's name
         raise ValidationError(
             f"unknown time zone {name!r:.80} (use an IANA name such as 'Europe/Paris')"
         ) from None

@@ -20,6 +20,7 @@ from .metrics import router as metrics_router
 from .others import router as others_router
 from .recovery import router as recovery_router
 from .runs import router as runs_router
+from .schedules import router as schedules_router
 
 __all__ = ["create_server", "serve"]
 
@@ -48,6 +49,7 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     api.include_router(runs_router)
     api.include_router(others_router)
     api.include_router(recovery_router)
+    api.include_router(schedules_router)
     api.include_router(metrics_router)
     api.include_router(dashboard.router)
     api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")
