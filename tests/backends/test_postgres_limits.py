@@ -54,7 +54,7 @@ async def test_limited_claim_uses_the_lane_index_on_a_100k_backlog(
         "worker": "w1",
         "limit": 10,
         "lease": 30.0,
-        **limited_claim_params(claim),
+        **limited_claim_params(claim, stray=True),
     }
     cur = await admin.execute(b"EXPLAIN " + QUERIES["claim_runs_limited"].encode(), params)
     plan = "\n".join(str(row[0]) for row in await cur.fetchall())

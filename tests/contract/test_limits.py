@@ -147,12 +147,16 @@ async def test_a_run_whose_lease_expired_keeps_its_slot(backend: Backend) -> Non
 
 
 async def test_runs_without_a_lane_are_claimed_as_usual(backend: Backend) -> None:
+    # A run of a limited workflow started without keys (in SQL) is not limited; the
+    # limited claim takes it on one of its next few claims.
     plain = await create(backend)
-    await keyed(backend)
-    await keyed(backend)
-    claims = await claim_limited(backend, WorkflowLimits("wf", concurrency=1))
-    assert plain.id in {c.run.id for c in claims}
-    assert len(claims) == 2
+    limits = WorkflowLimits("wf", concurrency=1)
+    got: list[str] = []
+    for _ in range(16):
+        got += [c.run.id for c in await claim_limited(backend, limits)]
+        if got:
+            break
+    assert got == [plain.id]
 
 
 async def test_racing_claimers_never_overshoot(

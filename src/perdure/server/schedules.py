@@ -14,7 +14,9 @@ __all__ = ["router"]
 
 router = APIRouter()
 
-_MISSING: dict[int | str, dict[str, Any]] = {404: {"description": "No such schedule.", **ERRORS[404]}}
+_MISSING: dict[int | str, dict[str, Any]] = {
+    404: {"description": "No such schedule.", **ERRORS[404]}
+}
 
 
 @router.get("/v1/schedules", response_model=List[ScheduleOut], responses=ERRORS, tags=["schedules"])

@@ -606,7 +606,10 @@ ANALYZE runs
 -- Serialize the limited claims of this schema: sent in the claim's transaction before
 -- claim_runs_limited, so that statement's snapshot sees every earlier limited claim
 -- (its counts are exact, and racing workers never overshoot a limit).
-SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0))
+-- The claim's plan is reused (generic): planning it each time would cost more than
+-- running it.
+SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0)),
+       set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: claim_runs_limited
 -- claim_runs for a worker serving workflows with flow-control limits (see
@@ -754,7 +757,8 @@ stray AS (
     FROM (
         SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.workflow
         FROM runs r
-        WHERE r.status IN ('pending', 'waiting', 'running')
+        WHERE %(scan)s::integer > 0
+          AND r.status IN ('pending', 'waiting', 'running')
           AND r.available_at <= perdure_now()
           AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
                OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
@@ -772,14 +776,19 @@ picked AS (
     LIMIT %(limit)s::integer
 ),
 due AS (
-    SELECT r.id, r.status, r.lease_owner,
-           coalesce(r.version, (SELECT max(s.version) FROM served s
-                                WHERE s.workflow = r.workflow)) AS version
-    FROM runs r
-    WHERE r.id IN (SELECT p.id FROM picked p)
-      AND r.status IN ('pending', 'waiting', 'running')
-      AND r.available_at <= perdure_now()
-    FOR UPDATE OF r SKIP LOCKED
+    -- Each picked run by its primary key (never a scan of the backlog), locked.
+    SELECT d.id, d.status, d.lease_owner, d.version
+    FROM picked p
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status, r.lease_owner,
+               coalesce(r.version, (SELECT max(s.version) FROM served s
+                                    WHERE s.workflow = r.workflow)) AS version
+        FROM runs r
+        WHERE r.id = p.id
+          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= perdure_now()
+        FOR UPDATE OF r SKIP LOCKED
+    ) d
 ),
 claimed AS (
     UPDATE runs AS r SET
