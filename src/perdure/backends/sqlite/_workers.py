@@ -69,6 +69,9 @@ def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
     extra: dict[str, Any] = {}
     if params.limits:
         select = QUERIES["claim_select_limited"]
+        limited = {x.workflow for x in params.limits}
+        extra["plain"] = int(any(name not in limited for name, _ in params.workflows))
+        extra["scan"] = 4 * params.limit + 16  # unkeyed runs of limited workflows
         extra["limits"] = json.dumps(
             [
                 [x.workflow, x.concurrency, x.key_concurrency, x.rate_limit, x.rate_period, x.fifo]

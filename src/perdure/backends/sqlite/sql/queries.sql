@@ -650,7 +650,7 @@ RETURNING
 -- its FIFO key, within its rate key's starts in the last period and within the
 -- workflow's concurrency. A run whose lease expired still holds its slot: it is
 -- taken back first, outside the lanes.
-WITH served(workflow, version) AS (
+WITH RECURSIVE served(workflow, version) AS (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs)
 ),
 lim(workflow, concurrency, key_concurrency, rate, period, fifo) AS (
@@ -658,16 +658,37 @@ lim(workflow, concurrency, key_concurrency, rate, period, fifo) AS (
            json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
     FROM json_each(:limits)
 ),
+lane_walk(workflow, lane) AS (
+    SELECT l.workflow,
+           (SELECT r.concurrency_key FROM runs r INDEXED BY runs_lane_idx
+            WHERE r.workflow = l.workflow AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NOT NULL
+            ORDER BY r.concurrency_key LIMIT 1)
+    FROM lim l
+    UNION ALL
+    SELECT w.workflow,
+           (SELECT r.concurrency_key FROM runs r INDEXED BY runs_lane_idx
+            WHERE r.workflow = w.workflow AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key > w.lane
+            ORDER BY r.concurrency_key LIMIT 1)
+    FROM lane_walk w
+    WHERE w.lane IS NOT NULL
+),
 lane_runs AS (
     SELECT r.id, r.workflow, r.concurrency_key AS lane, r.status, r.priority, r.available_at,
            r.created_at, r.fifo_key, r.rate_key, r.started_at,
            row_number() OVER w AS lane_rank
-    FROM runs r INDEXED BY runs_lane_idx
-    WHERE r.workflow IN (SELECT l.workflow FROM lim l)
-      AND r.concurrency_key IS NOT NULL
-      AND r.status IN ('pending', 'waiting', 'running') AND r.status <> 'running'
-      AND r.available_at <= :now
-      AND (r.version IS NULL OR (r.workflow, r.version) IN (SELECT workflow, version FROM served))
+    FROM lane_walk k
+    JOIN runs r ON r.id IN (
+        SELECT x.id FROM runs x INDEXED BY runs_lane_idx
+        WHERE x.workflow = k.workflow AND x.concurrency_key = k.lane
+          AND x.status IN ('pending', 'waiting', 'running') AND x.status <> 'running'
+          AND x.available_at <= :now
+          AND (x.version IS NULL
+               OR (x.workflow, x.version) IN (SELECT workflow, version FROM served))
+        ORDER BY x.priority, x.available_at, x.id
+        LIMIT :limit)
+    WHERE k.lane IS NOT NULL
     WINDOW w AS (PARTITION BY r.workflow, r.concurrency_key
                  ORDER BY r.priority, r.available_at, r.id)
 ),
@@ -675,8 +696,7 @@ by_lane AS (
     SELECT o.*, l.concurrency, l.rate, l.period, l.fifo
     FROM lane_runs o
     JOIN lim l ON l.workflow = o.workflow
-    WHERE o.lane_rank <= :limit
-      AND (l.key_concurrency IS NULL
+    WHERE (l.key_concurrency IS NULL
            OR (SELECT count(*) FROM runs x INDEXED BY runs_lane_running_idx
                WHERE x.workflow = o.workflow AND x.concurrency_key = o.lane
                  AND x.status = 'running') + o.lane_rank <= l.key_concurrency)
@@ -729,16 +749,32 @@ recovered AS (
 plain AS (
     SELECT r.id, r.status, r.priority, 1 AS lane_rank, r.available_at
     FROM runs r INDEXED BY runs_claim_idx
-    WHERE r.status IN ('pending', 'waiting', 'running')
+    WHERE :plain
+      AND r.status IN ('pending', 'waiting', 'running')
       AND r.available_at <= :now
       AND ((r.workflow, r.version) IN (SELECT workflow, version FROM served)
            OR (r.version IS NULL AND r.workflow IN (SELECT workflow FROM served)))
-      AND (r.concurrency_key IS NULL OR r.workflow NOT IN (SELECT l.workflow FROM lim l))
+      AND r.workflow NOT IN (SELECT l.workflow FROM lim l)
     ORDER BY r.priority, r.available_at, r.id
     LIMIT :limit
+),
+stray AS (
+    SELECT q.id, q.status, q.priority, 1 AS lane_rank, q.available_at
+    FROM (
+        SELECT r.id, r.status, r.priority, r.available_at, r.concurrency_key, r.workflow
+        FROM runs r INDEXED BY runs_claim_idx
+        WHERE r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= :now
+          AND ((r.workflow, r.version) IN (SELECT workflow, version FROM served)
+               OR (r.version IS NULL AND r.workflow IN (SELECT workflow FROM served)))
+        ORDER BY r.priority, r.available_at, r.id
+        LIMIT :scan
+    ) q
+    WHERE q.concurrency_key IS NULL AND q.workflow IN (SELECT l.workflow FROM lim l)
 )
 SELECT c.id, c.status, r.lease_owner
-FROM (SELECT * FROM recovered UNION ALL SELECT * FROM admitted UNION ALL SELECT * FROM plain) c
+FROM (SELECT * FROM recovered UNION ALL SELECT * FROM admitted UNION ALL SELECT * FROM plain
+      UNION ALL SELECT * FROM stray) c
 JOIN runs r ON r.id = c.id
 ORDER BY c.priority, c.lane_rank, c.available_at, c.id
 LIMIT :limit
