@@ -239,3 +239,29 @@ def test_a_start_by_name_without_the_code_joins_the_workflows_lane(app: App, dat
     assert lane_of(database, handle.id) == ""
     with workers(app, 1):
         assert wait_for(lambda: app.get_run(handle.id).status == "completed", timeout=30)
+
+
+def test_child_runs_of_a_limited_workflow_are_limited(app: App) -> None:
+    seen = Overlaps()
+
+    @app.workflow(concurrency=1)
+    async def child(ctx: Context, n: int) -> int:
+        def work() -> int:
+            with seen.section("child"):
+                threading.Event().wait(0.05)
+            return n
+
+        return await ctx.step.run("work", work)
+
+    @app.workflow
+    async def parent(ctx: Context, count: int) -> list[int]:
+        import asyncio
+
+        return list(
+            await asyncio.gather(*(ctx.step.run_workflow(f"c{i}", child, i) for i in range(count)))
+        )
+
+    handle = app.start(parent, 4)
+    with workers(app, 2):
+        assert handle.result(timeout=60) == [0, 1, 2, 3]
+    assert seen.peak == {"child": 1}

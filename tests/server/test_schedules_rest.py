@@ -49,6 +49,4 @@ def test_schedules_over_rest(database: Any, tmp_path: Path) -> None:
         assert http.post("/v1/schedules/bad%20name/pause").status == 422
         assert http.get("/v1/schedules").body["items"] == []
         paths = http.get("/openapi.json").body["paths"]
-        assert {"/v1/schedules", "/v1/schedules/{name}/pause", "/v1/schedules/{name}"} <= set(
-            paths
-        )
+        assert {"/v1/schedules", "/v1/schedules/{name}/pause", "/v1/schedules/{name}"} <= set(paths)

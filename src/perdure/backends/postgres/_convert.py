@@ -241,6 +241,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
                         "deadline_at": _iso(c.deadline_at),
                         "retention_days": c.retention_days,
                         "parent_step": c.parent_step,
+                        **_child_keys(c),
                     }
                     for c in t.children
                 ]
@@ -263,6 +264,17 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
 #: Counts limited claims: every eighth also looks for runs of limited workflows started
 #: without a lane (in SQL), rare enough not to be worth a scan on every claim.
 _LIMITED_CLAIMS = itertools.count()
+
+
+def _child_keys(child: NewRun) -> dict[str, str | None]:
+    """A child's flow-control keys, when its workflow declares limits."""
+    if child.concurrency_key is None:
+        return {}
+    return {
+        "concurrency_key": child.concurrency_key,
+        "fifo_key": child.fifo_key,
+        "rate_key": child.rate_key,
+    }
 
 
 def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict[str, Any]:

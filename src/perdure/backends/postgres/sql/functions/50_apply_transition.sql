@@ -61,6 +61,11 @@ BEGIN
             coalesce((v_child ->> 'deadline_at')::timestamptz,
                      perdure_now() + make_interval(secs => (v_child ->> 'deadline_in')::double precision)),
             (v_child ->> 'retention_days')::integer, p_run_id, v_child ->> 'parent_step') AS i;
+        IF v_created AND v_child ? 'concurrency_key' THEN  -- a limited workflow's keys
+            UPDATE runs SET concurrency_key = v_child ->> 'concurrency_key',
+                            fifo_key = v_child ->> 'fifo_key', rate_key = v_child ->> 'rate_key'
+            WHERE id = v_child_id;
+        END IF;
         -- The child exists already (the parent was retried): a completed one gives its
         -- output at once; a failed or cancelled one is retried (its end reaches the
         -- parent as any child's does).
