@@ -56,11 +56,26 @@ async def test_limited_claim_uses_the_lane_index_on_a_100k_backlog(
         "lease": 30.0,
         **limited_claim_params(claim, stray=True),
     }
-    cur = await admin.execute(b"EXPLAIN " + QUERIES["claim_runs_limited"].encode(), params)
-    plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+    # The claim's runs come from limited_candidates(): auto_explain shows the plans of
+    # the statements it runs (nested statements, sent back as notices).
+    plans: list[str] = []
+    admin.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_level = 'notice'",
+        "SET client_min_messages = 'notice'",
+    ):
+        await admin.execute(setting)
+    await admin.execute("BEGIN")
+    await admin.execute(QUERIES["claim_runs_limited"], params)
+    await admin.execute("ROLLBACK")
+    plan = "\n".join(plans)
     assert "runs_lane_idx" in plan, plan
     assert "runs_lane_running_idx" in plan, plan
     assert "Seq Scan on runs" not in plan, plan
+    await admin.execute("SET auto_explain.log_min_duration = -1")
     # The plain claim keeps its plan: the claim index, no lane index.
     cur = await admin.execute(
         b"EXPLAIN " + QUERIES["claim_runs"].encode(),

@@ -210,3 +210,19 @@ async def test_a_claimed_debounced_run_is_not_replaced(backend: Backend) -> None
     await asyncio.wait_for(claimed(), 10)
     again = await backend.create_run(new_run(input=2, debounce_key="d", debounce=0.01))
     assert again.created and again.run.id != first.run.id
+
+
+async def test_with_more_keys_than_a_claim_takes_every_key_gets_its_turn(
+    backend: Backend,
+) -> None:
+    for _ in range(2):
+        for key in "abcdef":
+            await keyed(backend, key, input=key)
+    limits = WorkflowLimits("wf", key_concurrency=10)
+    served: list[str] = []
+    for _ in range(3):
+        claims = await claim_limited(backend, limits, limit=2)
+        served += [c.run.input for c in claims]
+        for held in claims:
+            await finish(backend, held)
+    assert sorted(served) == list("abcdef")  # each key once before any key twice

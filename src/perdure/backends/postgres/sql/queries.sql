@@ -606,139 +606,26 @@ ANALYZE runs
 -- Serialize the limited claims of this schema: sent in the claim's transaction before
 -- claim_runs_limited, so that statement's snapshot sees every earlier limited claim
 -- (its counts are exact, and racing workers never overshoot a limit).
--- The claim's plan is reused (generic): planning it each time would cost more than
--- running it.
-SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0)),
-       set_config('plan_cache_mode', 'force_generic_plan', true)
+SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0))
 
 -- name: claim_runs_limited
--- claim_runs for a worker serving workflows with flow-control limits (see
--- 0006_limits_schedules.sql). Limited runs come lane by lane: a skip scan finds the
--- (workflow, lane) pairs with live runs, each lane offers its first due runs, and
--- equal priorities go round-robin across lanes. A candidate is admitted when it keeps
--- within its lane's key_concurrency, is the oldest live run of its FIFO key, keeps
--- the starts of its rate key in the last period within the rate, and keeps the
--- workflow's running runs within its concurrency. A run whose lease expired still
--- holds its slot: it is taken back first, outside the lanes. Runs without a lane
--- (unlimited workflows; runs started in SQL) are claimed as claim_runs does.
-WITH RECURSIVE served AS (
+-- claim_runs under flow-control limits: limited_candidates() picks them (see docs/flow-control.md).
+WITH served AS (
     SELECT p.workflow, p.version
-    FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
+    FROM claim_served(%(workflows)s::text[], %(versions)s::integer[]) AS p
 ),
 lim AS (
-    SELECT l.workflow, l.concurrency, l.key_concurrency, l.rate, l.period, l.fifo
-    FROM unnest(%(l_workflows)s::text[], %(l_concurrency)s::integer[],
-                %(l_key_concurrency)s::integer[], %(l_rate)s::integer[],
-                %(l_period)s::double precision[], %(l_fifo)s::boolean[])
-        AS l(workflow, concurrency, key_concurrency, rate, period, fifo)
-),
-lane_walk(workflow, lane) AS (
-    SELECT l.workflow,
-           (SELECT r.concurrency_key FROM runs r
-            WHERE r.workflow = l.workflow AND r.status IN ('pending', 'waiting', 'running')
-              AND r.concurrency_key IS NOT NULL
-            ORDER BY r.concurrency_key LIMIT 1)
-    FROM lim l
-    UNION ALL
-    SELECT w.workflow,
-           (SELECT r.concurrency_key FROM runs r
-            WHERE r.workflow = w.workflow AND r.status IN ('pending', 'waiting', 'running')
-              AND r.concurrency_key IS NOT NULL AND r.concurrency_key > w.lane
-            ORDER BY r.concurrency_key LIMIT 1)
-    FROM lane_walk w
-    WHERE w.lane IS NOT NULL
-),
-lanes AS (
-    SELECT w.workflow, w.lane,
-           (SELECT count(*) FROM runs x
-            WHERE x.workflow = w.workflow AND x.concurrency_key = w.lane
-              AND x.status = 'running') AS running
-    FROM lane_walk w
-    WHERE w.lane IS NOT NULL
-),
-offered AS (
-    SELECT c.id, c.workflow, c.status, c.priority, c.available_at, c.created_at, c.fifo_key,
-           c.rate_key, c.started_at, n.running AS lane_running,
-           row_number() OVER (PARTITION BY c.workflow, c.lane
-                              ORDER BY c.priority, c.available_at, c.id) AS lane_rank
-    FROM lanes n
-    CROSS JOIN LATERAL (
-        SELECT r.id, r.workflow, r.concurrency_key AS lane, r.status, r.priority, r.available_at,
-               r.created_at, r.fifo_key, r.rate_key, r.started_at
-        FROM runs r
-        WHERE r.workflow = n.workflow AND r.concurrency_key = n.lane
-          AND r.status IN ('pending', 'waiting', 'running') AND r.status <> 'running'
-          AND r.available_at <= perdure_now()
-          AND (r.version IS NULL
-               OR r.version IN (SELECT s.version FROM served s WHERE s.workflow = n.workflow))
-        ORDER BY r.priority, r.available_at
-        LIMIT %(limit)s::integer
-    ) c
-),
-by_lane AS (
-    SELECT o.*, l.concurrency, l.rate, l.period, l.fifo
-    FROM offered o
-    JOIN lim l ON l.workflow = o.workflow
-    WHERE l.key_concurrency IS NULL OR o.lane_running + o.lane_rank <= l.key_concurrency
-),
-by_fifo AS (
-    SELECT b.*
-    FROM by_lane b
-    WHERE NOT b.fifo OR b.fifo_key IS NULL
-       OR NOT EXISTS (
-            SELECT 1 FROM runs o
-            WHERE o.workflow = b.workflow AND o.fifo_key = b.fifo_key
-              AND o.status IN ('pending', 'waiting', 'running') AND o.id <> b.id
-              AND ((o.created_at, o.id) < (b.created_at, b.id) OR o.status = 'running'))
-),
-rate_use AS (
-    SELECT k.workflow, k.rate_key,
-           (SELECT count(*) FROM runs x
-            WHERE x.workflow = k.workflow AND x.rate_key = k.rate_key
-              AND x.started_at IS NOT NULL
-              AND x.started_at > perdure_now() - make_interval(secs => k.period)) AS used
-    FROM (SELECT DISTINCT b.workflow, b.rate_key, b.period FROM by_fifo b
-          WHERE b.rate IS NOT NULL AND b.rate_key IS NOT NULL) k
-),
-by_rate AS (
-    SELECT b.*
-    FROM (
-        SELECT f.*, u.used,
-               count(*) FILTER (WHERE f.started_at IS NULL) OVER (
-                   PARTITION BY f.workflow, f.rate_key
-                   ORDER BY f.priority, f.lane_rank, f.available_at, f.id) AS rate_new
-        FROM by_fifo f
-        LEFT JOIN rate_use u ON u.workflow = f.workflow AND u.rate_key = f.rate_key
-    ) b
-    WHERE b.used IS NULL OR b.started_at IS NOT NULL OR b.used + b.rate_new <= b.rate
-),
-wf_use AS (
-    SELECT l.workflow,
-           (SELECT count(*) FROM runs x
-            WHERE x.workflow = l.workflow AND x.concurrency_key IS NOT NULL
-              AND x.status = 'running') AS running
-    FROM lim l
-    WHERE l.concurrency IS NOT NULL
+    SELECT l.workflow
+    FROM claim_limits(%(l_workflows)s::text[], %(l_concurrency)s::integer[],
+                      %(l_key_concurrency)s::integer[], %(l_rate)s::integer[],
+                      %(l_period)s::double precision[], %(l_fifo)s::boolean[]) AS l
 ),
 admitted AS (
-    SELECT b.id, b.priority, b.lane_rank, b.available_at
-    FROM (
-        SELECT r.*, u.running AS wf_running,
-               row_number() OVER (
-                   PARTITION BY r.workflow
-                   ORDER BY r.priority, r.lane_rank, r.available_at, r.id) AS wf_new
-        FROM by_rate r
-        LEFT JOIN wf_use u ON u.workflow = r.workflow
-    ) b
-    WHERE b.concurrency IS NULL OR b.wf_running + b.wf_new <= b.concurrency
-),
-recovered AS (
-    SELECT r.id, r.priority, 0::bigint AS lane_rank, r.available_at
-    FROM lim l
-    JOIN runs r ON r.workflow = l.workflow
-    WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL
-      AND r.available_at <= perdure_now()
-      AND (r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+    SELECT a.id, a.priority, a.lane_rank, a.available_at
+    FROM limited_candidates(
+        %(workflows)s::text[], %(versions)s::integer[], %(limit)s::integer,
+        %(l_workflows)s::text[], %(l_concurrency)s::integer[], %(l_key_concurrency)s::integer[],
+        %(l_rate)s::integer[], %(l_period)s::double precision[], %(l_fifo)s::boolean[]) AS a
 ),
 plain AS (
     SELECT r.id, r.priority, 1::bigint AS lane_rank, r.available_at
@@ -769,8 +656,7 @@ stray AS (
 ),
 picked AS (
     SELECT a.id FROM (
-        SELECT * FROM recovered UNION ALL SELECT * FROM admitted
-        UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
+        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
     ) a
     ORDER BY a.priority, a.lane_rank, a.available_at
     LIMIT %(limit)s::integer
@@ -804,6 +690,7 @@ claimed AS (
         updated_at = perdure_now()
     FROM due
     WHERE r.id = due.id
+      AND r.id = ANY(ARRAY(SELECT d.id FROM due d))  -- by primary key, whatever the plan
     RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
 ),
 logged AS (

@@ -643,13 +643,7 @@ RETURNING
     {{_run_columns}}
 
 -- name: claim_select_limited
--- claim_select for a worker serving workflows with flow-control limits (see the
--- PostgreSQL claim_runs_limited, which this mirrors; BEGIN IMMEDIATE serializes it):
--- each lane offers its first due runs, equal priorities go round-robin across lanes,
--- and a run is admitted within its lane's key_concurrency, as the oldest live run of
--- its FIFO key, within its rate key's starts in the last period and within the
--- workflow's concurrency. A run whose lease expired still holds its slot: it is
--- taken back first, outside the lanes.
+-- claim_select under flow-control limits (as PostgreSQL's claim_runs_limited; see docs/flow-control.md).
 WITH RECURSIVE served(workflow, version) AS (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs)
 ),

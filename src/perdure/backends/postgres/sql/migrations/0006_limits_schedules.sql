@@ -56,3 +56,10 @@ CREATE TABLE schedules (
     updated_at  timestamptz NOT NULL DEFAULT perdure_now()
 );
 CREATE INDEX schedules_due_idx ON schedules (next_at) WHERE NOT paused;
+
+-- Where the last limited claim of a workflow stopped walking its lanes: the next one
+-- starts after it, so with more keys than a claim takes every key gets its turn.
+CREATE TABLE lane_cursors (
+    workflow text PRIMARY KEY,
+    lane     text NOT NULL
+);
