@@ -53,20 +53,40 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- A new run is inserted with its keys in one row write (no update after the
+    -- insert: a limited workflow's starts cost what other starts cost). The client
+    -- validated every value; the table's checks guard the rest. A conflict (the id or
+    -- the idempotency key exists) goes through create_run(), which finds the run.
+    IF p_id IS NULL OR length(p_id) NOT BETWEEN 1 AND 255 OR p_input IS NULL
+       OR p_workflow IS NULL OR p_priority IS NULL OR p_retention_days IS NULL THEN
+        RAISE EXCEPTION 'invalid start of %', quote_nullable(left(p_workflow, 200))
+            USING ERRCODE = 'PD001';
+    END IF;
+    INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
+                      parent_id, parent_step, available_at, deadline_at, retention_days,
+                      concurrency_key, fifo_key, rate_key, debounce_key)
+    VALUES (p_id, p_workflow, p_version, 'pending', p_input, p_priority, p_idempotency_key,
+            p_parent_id, p_parent_step,
+            coalesce(p_run_at, perdure_now() + make_interval(
+                secs => CASE WHEN p_debounce_key IS NULL THEN coalesce(p_delay, 0)
+                             ELSE p_debounce END)),
+            coalesce(p_deadline_at, perdure_now() + make_interval(secs => p_deadline_in)),
+            p_retention_days, p_concurrency_key, p_fifo_key, p_rate_key, p_debounce_key)
+    ON CONFLICT DO NOTHING
+    RETURNING * INTO run;
+    IF FOUND THEN
+        created := true;
+        INSERT INTO events (run_id, type, data)
+        VALUES (p_id, 'created', jsonb_strip_nulls(jsonb_build_object(
+            'workflow', p_workflow, 'version', p_version, 'parent_id', p_parent_id)));
+        PERFORM send_notice('w', p_id);
+        RETURN;
+    END IF;
     SELECT * INTO v_result FROM create_run(
         p_id, p_workflow, p_version, p_input, p_priority, p_idempotency_key,
-        CASE WHEN p_debounce_key IS NULL THEN p_delay ELSE p_debounce END, p_run_at,
-        p_deadline_in, p_deadline_at, p_retention_days, p_parent_id, p_parent_step);
+        p_delay, p_run_at, p_deadline_in, p_deadline_at, p_retention_days, p_parent_id,
+        p_parent_step);
     created := v_result.created;
     run := v_result.run;
-    IF created THEN
-        UPDATE runs r SET
-            concurrency_key = p_concurrency_key,
-            fifo_key = p_fifo_key,
-            rate_key = p_rate_key,
-            debounce_key = p_debounce_key
-        WHERE r.id = run.id
-        RETURNING * INTO run;
-    END IF;
 END
 $$;
