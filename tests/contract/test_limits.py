@@ -226,3 +226,16 @@ async def test_with_more_keys_than_a_claim_takes_every_key_gets_its_turn(
         for held in claims:
             await finish(backend, held)
     assert sorted(served) == list("abcdef")  # each key once before any key twice
+
+
+async def test_a_keyed_start_is_idempotent_like_any_start(backend: Backend) -> None:
+    first = await backend.create_run(
+        new_run(input=1, idempotency_key="k", concurrency_key="t", fifo_key="t")
+    )
+    again = await backend.create_run(
+        new_run(input=2, idempotency_key="k", concurrency_key="t", fifo_key="t")
+    )
+    assert first.created and not again.created
+    assert again.run.id == first.run.id and again.input_differs
+    (held,) = await claim_limited(backend, WorkflowLimits("wf", fifo=True, key_concurrency=1))
+    assert held.run.id == first.run.id
