@@ -27,7 +27,17 @@ from .errors import (
     WorkflowFailed,
 )
 from .handle import RunHandle
-from .records import Event, Page, Published, Received, Run, Step, WorkerInfo, WorkflowSummary
+from .records import (
+    Event,
+    Page,
+    Published,
+    Received,
+    Run,
+    Schedule,
+    Step,
+    WorkerInfo,
+    WorkflowSummary,
+)
 from .retry import NonRetriableError, RetryAfter, RetryPolicy
 from .step_info import StepInfo, current_step
 from .worker import Worker
@@ -55,6 +65,7 @@ __all__ = [
     "RunHandle",
     "RunNotFound",
     "RunStateError",
+    "Schedule",
     "SchemaVersionError",
     "SerializationError",
     "Step",
