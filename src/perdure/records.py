@@ -1,7 +1,7 @@
 """Typed records that cross the storage contract, and the public read models.
 
 Public records (exported from `perdure`): `Run`, `Step`, `Event`, `WorkflowSummary`,
-`WorkerInfo`, `Page`, `Published`. The rest are the parameters and results of the
+`WorkerInfo`, `Page`, `Published`, `Schedule`. The rest are the parameters and results of the
 backend contract (`perdure.backends.base.Backend`).
 
 JSON values cross the contract twice differently: values *written* are already
