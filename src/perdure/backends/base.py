@@ -401,8 +401,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def pause_schedule(self, name: str, paused: bool, next_at: datetime | None) -> bool:
-        """Pause or resume a schedule (resuming sets ``next_at``, so ticks that passed
-        while paused are skipped). False if there is no such schedule."""
+        """Pause or resume a schedule (resuming a paused one sets ``next_at``, so ticks
+        that passed while it was paused are skipped; resuming an active one changes
+        nothing). False if there is no such schedule."""
 
     @abc.abstractmethod
     async def delete_schedule(self, name: str) -> bool:

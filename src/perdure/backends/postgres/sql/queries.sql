@@ -748,10 +748,10 @@ SELECT {{_schedule_columns}} FROM schedules s WHERE s.name = %(name)s
 SELECT {{_schedule_columns}} FROM schedules s ORDER BY s.name
 
 -- name: pause_schedule
--- Pause or resume a schedule (a resume sets next_at); returns a row if it exists.
+-- Pause or resume a schedule (resuming a paused one sets next_at); returns a row if it exists.
 UPDATE schedules SET
     paused = %(paused)s::boolean,
-    next_at = coalesce(%(next_at)s::timestamptz, next_at),
+    next_at = CASE WHEN paused THEN coalesce(%(next_at)s::timestamptz, next_at) ELSE next_at END,
     updated_at = perdure_now()
 WHERE name = %(name)s
 RETURNING 1

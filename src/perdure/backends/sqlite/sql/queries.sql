@@ -802,8 +802,11 @@ SELECT name, workflow, cron, timezone, catch_up, paused, next_at, input, last_fi
 FROM schedules ORDER BY name
 
 -- name: pause_schedule
--- Pause or resume a schedule (a resume sets next_at).
-UPDATE schedules SET paused = :paused, next_at = coalesce(:next_at, next_at), updated_at = :now
+-- Pause or resume a schedule (resuming a paused one sets next_at).
+UPDATE schedules SET
+    paused = :paused,
+    next_at = CASE WHEN paused THEN coalesce(:next_at, next_at) ELSE next_at END,
+    updated_at = :now
 WHERE name = :name
 
 -- name: delete_schedule
