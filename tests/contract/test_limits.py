@@ -239,3 +239,15 @@ async def test_a_keyed_start_is_idempotent_like_any_start(backend: Backend) -> N
     assert again.run.id == first.run.id and again.input_differs
     (held,) = await claim_limited(backend, WorkflowLimits("wf", fifo=True, key_concurrency=1))
     assert held.run.id == first.run.id
+
+
+async def test_a_fork_keeps_its_sources_keys(backend: Backend) -> None:
+    source = await create(backend, concurrency_key="t")
+    (held,) = await claim_limited(backend, WorkflowLimits("wf", key_concurrency=1))
+    assert held.run.id == source.id
+    fork = await backend.fork_run(source.id, "fork-1", None, None, None, "test")
+    # The source holds key "t": the fork, in the same lane, waits for it.
+    assert await claim_limited(backend, WorkflowLimits("wf", key_concurrency=1)) == []
+    await finish(backend, held)
+    (again,) = await claim_limited(backend, WorkflowLimits("wf", key_concurrency=1))
+    assert again.run.id == fork.id

@@ -823,3 +823,7 @@ FROM schedules WHERE paused = 0 AND next_at <= :now ORDER BY next_at LIMIT :limi
 UPDATE schedules SET
     next_at = :to_at, last_fired_at = coalesce(:fired_at, last_fired_at), updated_at = :now
 WHERE name = :name AND next_at = :from_at AND paused = 0
+
+-- name: run_keys
+-- A run's flow-control keys (a fork keeps them).
+SELECT concurrency_key, fifo_key, rate_key FROM runs WHERE id = :id
