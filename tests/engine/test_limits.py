@@ -265,3 +265,23 @@ def test_child_runs_of_a_limited_workflow_are_limited(app: App) -> None:
     with workers(app, 2):
         assert handle.result(timeout=60) == [0, 1, 2, 3]
     assert seen.peak == {"child": 1}
+
+
+def test_runs_started_in_the_database_join_the_workflows_lane(app: App, database: Any) -> None:
+    @app.workflow(concurrency=1, rate_limit="10/s", on=["tick.*"])
+    async def limited(ctx: Context, i: Any) -> Any:
+        return i
+
+    app.list_workflows()  # registers the workflow and its subscription
+    (started,) = app.publish("tick.now", {"n": 1}).started
+    assert lane_of(database, started) == ""
+    if database.kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(database.url, options=f"-c search_path={database.schema}") as pg:
+            row = pg.execute("SELECT start_run('limited', '{\"n\": 2}')").fetchone()
+            assert row is not None
+            produced = row[0]
+        assert lane_of(database, produced) == ""
+    with workers(app, 1):
+        assert app.result(started, timeout=30) == {"n": 1}

@@ -192,6 +192,14 @@ def _deliver(
     return "buffered"
 
 
+def _unkeyed_lane(options: dict[str, Any]) -> dict[str, Any]:
+    """A limited workflow's run started without its code: the workflow's '' lane."""
+    limited = options.get("limited")
+    if not isinstance(limited, dict):
+        return {}
+    return {"concurrency_key": "", "rate_key": "" if limited.get("rate") else None}
+
+
 def publish(s: Session, event: str, payload_json: str, key: str | None) -> Published:
     with s.write() as now:
         if key is not None:
@@ -233,6 +241,7 @@ def publish(s: Session, event: str, payload_json: str, key: str | None) -> Publi
                 priority=int(options.get("priority", 100)),
                 retention_days=int(options.get("retention_days", 30)),
                 deadline_in=None if deadline is None else float(deadline),
+                **_unkeyed_lane(options),
             )
             if insert_run(s, new, now, parent_id=None, extra={"event": event}) is not None:
                 started.append(new.id)
