@@ -16,7 +16,7 @@ CREATE OR REPLACE FUNCTION limited_candidates(
     p_l_rate integer[], p_l_period double precision[], p_l_fifo boolean[]
 )
 RETURNS TABLE (id text, priority integer, lane_rank bigint, available_at timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER ROWS 10 SET search_path FROM CURRENT AS $$
 DECLARE
     v_now timestamptz := perdure_now();
     v_lim record;
