@@ -41,6 +41,7 @@ DECLARE
     v_last text;
     v_offering integer;
     v_top integer;
+    v_heads integer[];
 BEGIN
     FOR v_lim IN
         SELECT * FROM unnest(p_l_workflows, p_l_concurrency, p_l_key_concurrency, p_l_rate,
@@ -75,12 +76,9 @@ BEGIN
         END IF;
         v_first := v_lane;
         v_last := NULL;
+        v_heads := '{}';  -- the best priority each lane offered
         v_offering := 0;  -- lanes that offered a run of the workflow's best due priority
-        v_top := (SELECT r.priority FROM runs r
-                  WHERE r.workflow = v_lim.workflow AND r.concurrency_key IS NOT NULL
-                    AND r.status IN ('pending', 'waiting', 'running') AND r.status <> 'running'
-                    AND r.available_at <= v_now
-                  ORDER BY r.priority, r.available_at LIMIT 1);
+        v_top := NULL;    -- that priority, read once enough lanes offered runs
         WHILE v_lane IS NOT NULL LOOP
             v_lane_running := 0;
             IF v_lim.key_concurrency IS NOT NULL THEN
@@ -119,8 +117,17 @@ BEGIN
                     ) d
                 ) c;
                 IF v_more.ids IS NOT NULL THEN
-                    IF v_more.prios[1] <= v_top THEN
-                        v_offering := v_offering + 1;
+                    v_heads := v_heads || v_more.prios[1];
+                    IF v_top IS NULL AND cardinality(v_heads) >= p_limit THEN
+                        v_top := (SELECT r.priority FROM runs r
+                                  WHERE r.workflow = v_lim.workflow
+                                    AND r.concurrency_key IS NOT NULL
+                                    AND r.status IN ('pending', 'waiting', 'running')
+                                    AND r.status <> 'running' AND r.available_at <= v_now
+                                  ORDER BY r.priority, r.available_at LIMIT 1);
+                    END IF;
+                    IF v_top IS NOT NULL THEN
+                        v_offering := (SELECT count(*) FROM unnest(v_heads) AS h WHERE h <= v_top);
                     END IF;
                     v_ids := v_ids || v_more.ids;
                     v_prios := v_prios || v_more.prios;
@@ -137,6 +144,7 @@ BEGIN
                          AND r.status IN ('pending', 'waiting', 'running')
                          AND r.concurrency_key > v_lane
                        ORDER BY r.concurrency_key LIMIT 1);
+            EXIT WHEN v_lane IS NULL AND v_start IS NULL;  -- began at the first lane
             IF v_lane IS NULL THEN  -- wrap around to the first lane
                 v_lane := (SELECT r.concurrency_key FROM runs r
                            WHERE r.workflow = v_lim.workflow
