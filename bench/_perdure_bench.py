@@ -60,7 +60,20 @@ async def sleeper(ctx: Context, seconds: float) -> dict[str, float]:
     return {"late": time.time() - intended}
 
 
+async def three_limited(ctx: Context, n: int) -> dict[str, int]:  # W1L: limits not binding
+    return await three(ctx, n)
+
+
+async def backlog_keyed(ctx: Context, n: int) -> dict[str, int]:  # W5L: a per-key limit
+    return await backlog(ctx, n)
+
+
 WORKFLOWS: tuple[Callable[..., Any], ...] = (three, backlog, one, many, sleeper)
+#: W1L declares a workflow concurrency no run reaches; W5L spreads the backlog over
+#: W5L_KEYS concurrency keys with W5L_PER_KEY runs of each at once.
+W1L_CONCURRENCY = 1_000_000
+W5L_KEYS = 100
+W5L_PER_KEY = 5
 
 
 class PerdureBench:
@@ -83,6 +96,10 @@ class PerdureBench:
         app = App(self.url)
         for fn in WORKFLOWS:
             app.workflow(fn)
+        app.workflow(concurrency=W1L_CONCURRENCY)(three_limited)
+        app.workflow(concurrency_key=lambda n: f"t{n % W5L_KEYS}", key_concurrency=W5L_PER_KEY)(
+            backlog_keyed
+        )
         return app
 
     def _poll_conn(self) -> Any:
@@ -90,18 +107,20 @@ class PerdureBench:
             return psycopg.connect(self.url, autocommit=True)
         return sqlite3.connect(self.path, isolation_level=None)
 
-    def _count_completed(self, conn: Any) -> tuple[int, float | None]:
+    def _count_completed(self, conn: Any, workflow: str = "three") -> tuple[int, float | None]:
         """(completed runs of W1's workflow, their latest completed_at epoch): a cheap
         read (no id list to send) so the polling client stays out of the way."""
         if self.dialect == "pg":
             row = conn.execute(
                 "SELECT count(*), extract(epoch FROM max(completed_at))::float8 "
-                "FROM perdure.runs WHERE workflow = 'three' AND status = 'completed'"
+                "FROM perdure.runs WHERE workflow = %s AND status = 'completed'",
+                (workflow,),
             ).fetchone()
         else:
             row = conn.execute(
                 "SELECT count(*), max(completed_at) FROM runs "
-                "WHERE workflow = 'three' AND status = 'completed'"
+                "WHERE workflow = ? AND status = 'completed'",
+                (workflow,),
             ).fetchone()
         return int(row[0]), (None if row[1] is None else float(row[1]))
 
@@ -118,7 +137,7 @@ class PerdureBench:
 
     # ------------------------------------------------------------------ W1
 
-    async def w1_once(self, concurrency: int) -> dict[str, Any]:
+    async def w1_once(self, concurrency: int, workflow: Any = three) -> dict[str, Any]:
         n = self.size.w1_runs
         setup = self.app()
         await setup.list_workflows_async()  # migrate and register before counting
@@ -130,15 +149,15 @@ class PerdureBench:
         peak_busy = peak_total = 0
         with app.worker(concurrency=concurrency):
             conn = self._poll_conn()
-            base, _ = self._count_completed(conn)
+            base, _ = self._count_completed(conn, workflow.__name__)
             polls += 1
             started = time.time()
-            ids = await self._start_many(app, three, list(range(n)))
+            ids = await self._start_many(app, workflow, list(range(n)))
             assert len(set(ids)) == n
             starts_done = time.time()
             last = None
             while True:
-                done, last = self._count_completed(conn)
+                done, last = self._count_completed(conn, workflow.__name__)
                 done -= base
                 polls += 1
                 if self.counter:
@@ -219,20 +238,29 @@ class PerdureBench:
 
     # ------------------------------------------------------------------ W5
 
-    async def _bulk_insert(self, app: App, count: int) -> None:
+    async def _bulk_insert(self, app: App, count: int, keyed: bool = False) -> None:
         backend = await app._backend()
         if self.dialect == "pg":
             with psycopg.connect(self.url) as conn:
                 for lo in range(0, count, 10_000):
                     ids = [new_run_id() for _ in range(min(10_000, count - lo))]
-                    conn.execute(
-                        "SELECT count(*) FROM unnest(%s::text[]) WITH ORDINALITY AS t(id, n), "
-                        "LATERAL perdure.create_run(t.id, 'backlog', 1, to_jsonb(t.n))",
-                        (ids,),
-                    )
+                    if keyed:  # the function App.start uses for a limited workflow
+                        conn.execute(
+                            "SELECT count(*) FROM unnest(%s::text[]) WITH ORDINALITY AS t(id, n), "
+                            "LATERAL perdure.create_keyed_run(t.id, 'backlog_keyed', 1, "
+                            "to_jsonb(t.n + %s - 1), 100, NULL, 0, NULL, NULL, NULL, 30, NULL, "
+                            "NULL, 't' || ((t.n + %s - 1) %% %s), NULL, NULL, NULL, NULL)",
+                            (ids, lo, lo, W5L_KEYS),
+                        )
+                    else:
+                        conn.execute(
+                            "SELECT count(*) FROM unnest(%s::text[]) WITH ORDINALITY AS t(id, n), "
+                            "LATERAL perdure.create_run(t.id, 'backlog', 1, to_jsonb(t.n))",
+                            (ids,),
+                        )
                     conn.commit()
             return
-        from perdure.backends.sqlite._ops import insert_run
+        from perdure.backends.sqlite._rows import insert_run
 
         def bulk(s: Any, news: list[NewRun]) -> None:
             with s.write() as now:
@@ -241,16 +269,25 @@ class PerdureBench:
 
         for lo in range(0, count, 10_000):
             news = [
-                NewRun(id=new_run_id(), workflow="backlog", version=1, input_json=str(i))
+                NewRun(
+                    id=new_run_id(),
+                    workflow="backlog_keyed" if keyed else "backlog",
+                    version=1,
+                    input_json=str(i),
+                    concurrency_key=f"t{i % W5L_KEYS}" if keyed else None,
+                )
                 for i in range(lo, min(count, lo + 10_000))
             ]
             await backend._call(bulk, news)  # type: ignore[attr-defined]
 
-    async def w5(self, concurrency: int) -> dict[str, Any]:
+    async def w5(self, concurrency: int, keyed: bool = False) -> dict[str, Any]:
+        """W5, or with ``keyed`` W5L: the same backlog spread over concurrency keys with
+        a per-key limit (the limited claim)."""
+        workflow = "backlog_keyed" if keyed else "backlog"
         app = self.app()
         await app.list_workflows_async()
         t = time.perf_counter()
-        await self._bulk_insert(app, self.size.w5_backlog)
+        await self._bulk_insert(app, self.size.w5_backlog, keyed)
         insert_s = time.perf_counter() - t
         first = self.size.w5_first
         conn = self._poll_conn()
@@ -260,15 +297,15 @@ class PerdureBench:
                 if self.dialect == "pg":
                     row = conn.execute(
                         "SELECT extract(epoch FROM completed_at)::float8 FROM perdure.runs "
-                        "WHERE workflow = 'backlog' AND status = 'completed' "
+                        "WHERE workflow = %s AND status = 'completed' "
                         "ORDER BY completed_at OFFSET %s LIMIT 1",
-                        (first - 1,),
+                        (workflow, first - 1),
                     ).fetchone()
                 else:
                     row = conn.execute(
-                        "SELECT completed_at FROM runs WHERE workflow = 'backlog' AND "
+                        "SELECT completed_at FROM runs WHERE workflow = ? AND "
                         "status = 'completed' ORDER BY completed_at LIMIT 1 OFFSET ?",
-                        (first - 1,),
+                        (workflow, first - 1),
                     ).fetchone()
                 if row is not None:
                     break
@@ -299,6 +336,20 @@ class PerdureBench:
             out["w3"] = await self.w3(50)
         if "W5" in workloads:
             out["w5"] = await self.w5(best_conc)
+        if "W1L" in workloads:  # limits declared, not binding: against W1 in this run
+            out["w1_limits"] = await self.w1_once(best_conc, three_limited)
+            if "w1" in out:
+                out["w1_limits"]["ratio_to_w1"] = (
+                    out["w1_limits"]["steps_per_s"] / out["w1"]["best"]["steps_per_s"]
+                )
+        if "W5L" in workloads:  # a per-key limit on: against W5 in this run
+            out["w5_limits"] = await self.w5(best_conc, keyed=True)
+            out["w5_limits"]["keys"] = W5L_KEYS
+            out["w5_limits"]["per_key"] = W5L_PER_KEY
+            if "w5" in out:
+                out["w5_limits"]["ratio_to_w5"] = (
+                    out["w5_limits"]["runs_per_s"] / out["w5"]["runs_per_s"]
+                )
         out["setup"] = {
             "process": "one process: client loop in the main thread, one worker "
             "(app.worker) in a background thread",

@@ -1,7 +1,7 @@
 """The perdure benchmark suite: every contender, every workload, one table.
 
 Usage:
-    python bench/run.py [--quick] [--json out.json] [--workloads W1,W2,W2b,W3,W4,W5]
+    python bench/run.py [--quick] [--json out.json] [--workloads W1,W2,W2b,W3,W4,W5,W1L,W5L]
         [--contenders perdure-pg,perdure-sqlite,dbos-pg,dbos-sqlite,limit]
 
 Each contender runs in its own subprocess (``--child NAME``), one after the other,
@@ -30,6 +30,9 @@ sys.path.insert(0, HERE)
 
 ALL = ("perdure-pg", "perdure-sqlite", "dbos-pg", "dbos-sqlite", "limit")
 WORKLOADS = ("W1", "W2", "W2b", "W3", "W4", "W5")
+#: Flow control (issue 16), only when asked for: W1 with limits declared but not
+#: binding, and W5 with a per-key concurrency limit.
+LIMIT_WORKLOADS = ("W1L", "W5L")
 
 
 # ---------------------------------------------------------------------- child side
@@ -95,6 +98,10 @@ ROWS: list[tuple[str, tuple[str, ...], int]] = [
     ("W4 / W2b", ("w4", "ratio_to_w2b"), 2),
     ("W5 runs/s", ("w5", "runs_per_s"), 0),
     ("W5 / W1 runs/s", ("w5", "ratio_to_w1"), 2),
+    ("W1L steps/s (limits, not binding)", ("w1_limits", "steps_per_s"), 0),
+    ("W1L / W1", ("w1_limits", "ratio_to_w1"), 2),
+    ("W5L runs/s (per-key limit)", ("w5_limits", "runs_per_s"), 0),
+    ("W5L / W5", ("w5_limits", "ratio_to_w5"), 2),
 ]
 
 

@@ -39,6 +39,7 @@ from .records import (
     Published,
     QueueGauge,
     Run,
+    Schedule,
     SignalOutcome,
     Step,
     StepWrite,
@@ -48,6 +49,7 @@ from .records import (
     WorkflowRecord,
     WorkflowSummary,
 )
+from .schedules import ScheduleSpec
 from .serialization import Undecodable, encode, error_from_exception
 
 __all__ = ["CodecBackend"]
@@ -297,6 +299,38 @@ class CodecBackend(Backend):
 
     async def start_flow(self, new: NewRun) -> CreateResult:
         raise ValidationError("flows cannot be started with a payload codec")
+
+    # ------------------------------------------------------------------ schedules
+    # A schedule's input is sealed at rest like a run's; each tick's run seals its own.
+
+    def _schedule(self, schedule: Schedule) -> Schedule:
+        return replace(schedule, input=self._open(schedule.input))
+
+    async def put_schedule(self, spec: ScheduleSpec, next_at: datetime) -> Schedule:
+        what = f"the input of schedule {spec.name!r}"
+        sealed = replace(spec, input_json=self._seal_opt(spec.input_json, what))
+        return self._schedule(await self.inner.put_schedule(sealed, next_at))
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        schedule = await self.inner.get_schedule(name)
+        return None if schedule is None else self._schedule(schedule)
+
+    async def list_schedules(self) -> list[Schedule]:
+        return [self._schedule(s) for s in await self.inner.list_schedules()]
+
+    async def due_schedules(self, limit: int = 100) -> list[Schedule]:
+        return [self._schedule(s) for s in await self.inner.due_schedules(limit)]
+
+    async def pause_schedule(self, name: str, paused: bool, next_at: datetime | None) -> bool:
+        return await self.inner.pause_schedule(name, paused, next_at)
+
+    async def delete_schedule(self, name: str) -> bool:
+        return await self.inner.delete_schedule(name)
+
+    async def advance_schedule(
+        self, name: str, from_at: datetime, to_at: datetime, fired_at: datetime | None
+    ) -> bool:
+        return await self.inner.advance_schedule(name, from_at, to_at, fired_at)
 
     # ------------------------------------------------------------------ clock
 

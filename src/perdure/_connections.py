@@ -13,6 +13,7 @@ import concurrent.futures
 import threading
 
 from ._codec_backend import CodecBackend
+from ._schedule_client import decorator_schedule, store_schedule
 from .backends import create_backend
 from .backends.base import Backend
 from .codec import Codec
@@ -97,6 +98,8 @@ class Connections:
             for definition in definitions:
                 for pattern in definition.on:
                     await backend.subscribe_topic(pattern, definition.name)
+                if definition.schedule is not None:
+                    await store_schedule(backend, decorator_schedule(definition))
         flows = self._registry.flows()
         if flows:
             await backend.register_flows([flow.shape for flow in flows])

@@ -24,6 +24,7 @@ from ._connections import Connections
 from ._portal import Portal
 from ._recovery import Recovery
 from ._run_ends import RunEnd, run_ends
+from ._schedule_client import ScheduleClient
 from ._steering import Steering
 from .backends.base import Backend
 from .codec import Codec, check_codec
@@ -39,6 +40,7 @@ from .flows.definition import FlowShape
 from .flows.dsl import Flow
 from .handle import RunHandle
 from .ids import new_run_id
+from .limits import KeyFn, flow_control
 from .names import WorkflowRef, workflow_name
 from .records import (
     NewRun,
@@ -61,7 +63,7 @@ F = TypeVar("F", bound=Body)
 log = logging.getLogger("perdure")
 
 
-class App(Recovery, Steering):
+class App(Recovery, Steering, ScheduleClient):
     """A perdure application: register workflows, start and watch runs, run workers.
 
     Args:
@@ -122,6 +124,14 @@ class App(Recovery, Steering):
         deadline: Duration | None = None,
         priority: int | None = None,
         on: Iterable[str] | str | None = None,
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -136,6 +146,14 @@ class App(Recovery, Steering):
         deadline: Duration | None = None,
         priority: int | None = None,
         on: Iterable[str] | str | None = None,
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Any:
         """Register an ``async def body(ctx, input)`` as a workflow (bare or with options).
 
@@ -148,6 +166,19 @@ class App(Recovery, Steering):
             deadline: the run fails with DeadlineExceeded this long after it starts.
             priority: lower numbers are claimed first. Default 100.
             on: topic patterns (``"user.*"``) whose published events start this workflow.
+            schedule: a cron expression (``"0 9 * * MON-FRI"``): a schedule named after
+                the workflow, stored when the app opens (see `schedule`).
+            timezone: the IANA zone the schedule is read in. Default UTC.
+            concurrency: at most this many runs of it ``running`` at once.
+            concurrency_key: a function of the input (as JSON) giving the run's key, with
+                ``key_concurrency``: at most that many running per key. Runs of equal
+                priority are claimed round-robin across keys.
+            rate_limit: ``"100/m"``: at most that many runs start in any such window
+                (per ``rate_limit_key`` of the input, if given).
+            fifo_key: a function of the input: runs with the same key run one at a
+                time, in start order.
+
+        Keys are computed once, at start (see docs/limits.md).
 
         The function is returned unchanged (it can still be called directly in tests).
         """
@@ -162,6 +193,14 @@ class App(Recovery, Steering):
                 deadline=deadline,
                 priority=priority,
                 on=on,
+                schedule=schedule,
+                timezone=timezone,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
+                key_concurrency=key_concurrency,
+                rate_limit=rate_limit,
+                rate_limit_key=rate_limit_key,
+                fifo_key=fifo_key,
             )
             definition = replace(
                 definition,
@@ -317,6 +356,8 @@ class App(Recovery, Steering):
         version: int | None = None,
         retention_days: int | None = None,
         run_id: str | None = None,
+        debounce_key: str | None = None,
+        debounce: Duration | None = None,
     ) -> RunHandle:
         """Start a run: one committed insert; it will run whether or not a worker is up.
 
@@ -339,6 +380,10 @@ class App(Recovery, Steering):
                 ``PERDURE_MAX_RETENTION_DAYS``).
             run_id: the run's id (1-255 characters; default a new ULID). Starting with
                 an id that exists returns that run, like an idempotency key.
+            debounce_key: with ``debounce`` (a duration): while a run started with this
+                key is still pending, a start with the same key gives it this input
+                and pushes it back by ``debounce``, and returns its handle; one run
+                executes, with the last input.
 
         Returns:
             A `RunHandle`.
@@ -387,12 +432,21 @@ class App(Recovery, Steering):
             traceparent=current_traceparent(),
         )
         if flow is not None and (
-            delay_s or at is not None or deadline_in is not None or deadline_at is not None
+            delay_s
+            or at is not None
+            or deadline_in is not None
+            or deadline_at is not None
+            or debounce_key is not None
+            or debounce is not None
         ):
             raise ValidationError(
-                f"{name!r} is a DAG flow, whose runs start at once: delay, run_at and deadline "
-                "are for workflows"
+                f"{name!r} is a DAG flow, whose runs start at once: delay, run_at, deadline "
+                "and debounce are for workflows"
             )
+        if flow is None and (debounce_key is not None or debounce is not None or registered):
+            definition = self._registry.get(name, resolved_version)
+            limits = None if definition is None else definition.limits
+            new = flow_control(new, limits, debounce_key, debounce, options)
         backend = await self._backend()
         result = await (backend.start_flow(new) if flow is not None else backend.create_run(new))
         warning = None
@@ -423,6 +477,8 @@ class App(Recovery, Steering):
         version: int | None = None,
         retention_days: int | None = None,
         run_id: str | None = None,
+        debounce_key: str | None = None,
+        debounce: Duration | None = None,
     ) -> RunHandle:
         """Start a run; see `start_async`."""
         return self._portal.call(
@@ -437,6 +493,8 @@ class App(Recovery, Steering):
             version=version,
             retention_days=retention_days,
             run_id=run_id,
+            debounce_key=debounce_key,
+            debounce=debounce,
         )
 
     async def run_async(

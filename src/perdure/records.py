@@ -1,7 +1,7 @@
 """Typed records that cross the storage contract, and the public read models.
 
 Public records (exported from `perdure`): `Run`, `Step`, `Event`, `WorkflowSummary`,
-`WorkerInfo`, `Page`, `Published`. The rest are the parameters and results of the
+`WorkerInfo`, `Page`, `Published`, `Schedule`. The rest are the parameters and results of the
 backend contract (`perdure.backends.base.Backend`).
 
 JSON values cross the contract twice differently: values *written* are already
@@ -199,6 +199,13 @@ class NewRun:
     parent_step: str | None = None
     #: the W3C traceparent active where the run was started (its spans join that trace)
     traceparent: str | None = None
+    # Flow control (perdure.limits): the run's lane, FIFO and rate-limit keys (None:
+    # no limit applies), and a debounce key with its window in seconds.
+    concurrency_key: str | None = None
+    fifo_key: str | None = None
+    rate_key: str | None = None
+    debounce_key: str | None = None
+    debounce: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +239,46 @@ class ClaimParams:
     workflows: tuple[tuple[str, int], ...]
     limit: int
     lease_seconds: float
+    #: The flow-control limits of the served workflows that declare any (by name).
+    limits: tuple[WorkflowLimits, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowLimits:
+    """A workflow's flow-control limits, as the limited claim enforces them.
+
+    ``concurrency``: runs of the workflow ``running`` at once; ``key_concurrency``:
+    per concurrency key; ``rate_limit`` / ``rate_period``: at most that many first
+    claims (starts) per rate key in any ``rate_period`` seconds; ``fifo``: one run at
+    a time per FIFO key, in start order. None: no such limit.
+    """
+
+    workflow: str
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    fifo: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A cron schedule stored in the database (see `App.schedule`).
+
+    ``next_at`` is the next tick not yet fired (UTC); ``input`` the JSON value
+    (a dict or None) each tick's run gets, with ``scheduled_at`` added.
+    """
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    catch_up: str
+    paused: bool
+    next_at: datetime
+    input: Any = None
+    last_fired_at: datetime | None = None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

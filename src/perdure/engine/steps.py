@@ -26,6 +26,7 @@ from ..errors import (
     ValidationError,
 )
 from ..ids import new_run_id
+from ..limits import flow_control
 from ..records import (
     Claim,
     EventWrite,
@@ -427,6 +428,8 @@ class PassSteps:
             # The child's spans join this pass's trace (or the run's stored one).
             traceparent=self._telemetry.traceparent() or self._traceparent,
         )
+        if definition is not None and definition.limits.declared:
+            child = flow_control(child, definition.limits, None, None)
         timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
         waits = () if timeout_at is None else (WaitWrite(key, "~child", None, timeout_at),)
         self._stop_if_replay_only()

@@ -25,6 +25,7 @@ from .others import router as others_router
 from .recovery import router as recovery_router
 from .redacting import Redacting
 from .runs import router as runs_router
+from .schedules import router as schedules_router
 
 __all__ = ["create_server", "serve"]
 
@@ -65,6 +66,7 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     api.include_router(others_router)
     api.include_router(flows_router)
     api.include_router(recovery_router)
+    api.include_router(schedules_router)
     api.include_router(metrics_router)
     api.include_router(dashboard.router)
     api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")

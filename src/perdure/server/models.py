@@ -285,3 +285,30 @@ class BulkOut(Model):
     """The runs the bulk operation changed."""
 
     run_ids: list[str]
+
+
+class ScheduleIn(Model):
+    """A cron schedule to create or update: each tick starts one run of ``workflow``
+    with ``input`` plus ``scheduled_at``."""
+
+    name: str
+    workflow: str
+    cron: str = Field(description='Five cron fields, e.g. "0 9 * * MON-FRI".')
+    input: dict[str, Any] | None = None
+    timezone: str = Field("UTC", description="IANA time zone the cron is read in.")
+    catch_up: str = Field("latest", description="Missed ticks: latest, all or none.")
+
+
+class ScheduleOut(Model):
+    """A stored schedule and its next tick."""
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    catch_up: str
+    paused: bool
+    next_at: datetime
+    input: Any = None
+    last_fired_at: datetime | None = None
+    created_at: datetime | None = None

@@ -37,7 +37,8 @@ from ..engine.services import RunServices
 from ..engine.suspend import engine_error
 from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
 from ..ids import new_worker_id
-from ..maintenance import sweep_forever, sweep_once
+from ..limits import claim_limits
+from ..maintenance import fire_schedules_forever, sweep_forever, sweep_once
 from ..names import validate_pattern
 from ..records import (
     Claim,
@@ -47,6 +48,7 @@ from ..records import (
     Notice,
     Transition,
     WorkerInfo,
+    WorkflowLimits,
 )
 from ..telemetry.endpoint import MetricsEndpoint
 from ..telemetry.exposition import require as require_metrics
@@ -152,6 +154,7 @@ class Worker:
         self._hard = False
         self._wakes = WakeTimes()  # wake times of runs this worker parked
         self._clock_offset = 0.0  # database clock minus local clock, seconds
+        self._limits: tuple[WorkflowLimits, ...] = ()  # of the served workflows
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -271,6 +274,7 @@ class Worker:
                 "before starting the worker"
             )
         pairs = (*((d.name, d.version) for d in definitions), *tasks)
+        self._limits = claim_limits((d.name, d.limits) for d in definitions)
         db_now = await self._until_reachable(backend.now)
         self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
         info = WorkerInfo(
@@ -337,6 +341,12 @@ class Worker:
                 ),
                 name="perdure-sweeper",
             ),
+            asyncio.create_task(
+                fire_schedules_forever(
+                    backend, self._registry, self._settings, self._poll(backend)
+                ),
+                name="perdure-schedules",
+            ),
         ]
         log.info(
             "worker %s serving %s with concurrency %d on %s",
@@ -397,7 +407,9 @@ class Worker:
                     # would take its own runs back (their leases expired meanwhile).
                     if self._active.renewal_owed and not await self._renew(backend):
                         raise BackendError("the database is still unreachable")
-                    claims = await backend.claim_runs(ClaimParams(self.id, pairs, free, self.lease))
+                    claims = await backend.claim_runs(
+                        ClaimParams(self.id, pairs, free, self.lease, self._limits)
+                    )
                     failures = 0
                 except Exception as exc:  # a storage error, or a bug: never the worker's end
                     failures += 1
@@ -416,6 +428,8 @@ class Worker:
                 if not claims:
                     await self._defer_unavailable(backend, pairs)
                 timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
+                if self._limits:  # a run a limit holds back is due: no busy loop on it
+                    timeout = max(timeout, min(poll, 0.25))
             await self._sleep(timeout)
 
     async def _release_orphans(self, backend: Backend) -> None:
@@ -529,8 +543,10 @@ class Worker:
     def _on_notice(self, notice: Notice) -> None:
         if notice.kind == "cancel" and notice.run_id is not None:
             self._active.cancel(notice.run_id, "cancelled")
-        elif notice.kind == "wake" and self._wakeup is not None:
-            self._wakeup.set()
+        elif self._wakeup is not None and (
+            notice.kind == "wake" or (notice.kind == "done" and self._limits)
+        ):
+            self._wakeup.set()  # with limits, a run's end may free a slot
 
     async def _heartbeat_loop(self, backend: Backend) -> None:
         """Renew the leases of the runs this worker executes, every third of the lease.

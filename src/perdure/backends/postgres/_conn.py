@@ -185,6 +185,7 @@ class PgConnections:
         *,
         prepare: bool = True,
         unsynced: bool = False,
+        before: LiteralString | None = None,
     ) -> Rows:
         """Run one autocommit statement and fetch its rows. A deadlock or serialization
         failure rolled the statement back entirely, so it is retried.
@@ -193,7 +194,8 @@ class PgConnections:
         off``), still in one round trip. Only for writes whose loss in a database crash
         is harmless: claims and lease renewals. A lost claim leaves the run claimable
         again, and any later durable write of that worker either flushes the claim
-        first (the WAL is sequential) or is rejected by the fence.
+        first (the WAL is sequential) or is rejected by the fence. ``before`` (with
+        ``unsynced``) is a statement sent first in the same transaction (a lock).
         """
 
         async def once() -> Rows:
@@ -201,6 +203,8 @@ class PgConnections:
                 if unsynced:
                     async with pipelined_transaction(conn):
                         await conn.execute(QUERIES["commit_unsynced"])
+                        if before is not None:
+                            await conn.execute(before)
                         cur = await conn.execute(query, params)
                 else:
                     cur = await conn.execute(query, params, prepare=None if prepare else False)

@@ -9,6 +9,7 @@ timestamps are ISO strings (the session time zone is UTC).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -25,6 +26,7 @@ from ...errors import (
 )
 from ...records import (
     Claim,
+    ClaimParams,
     Complete,
     CreateResult,
     Fail,
@@ -243,6 +245,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
                         "retention_days": c.retention_days,
                         "parent_step": c.parent_step,
                         "traceparent": c.traceparent,
+                        **_child_keys(c),
                     }
                     for c in t.children
                 ]
@@ -260,6 +263,49 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
     params = {name: getattr(new, name) for name in _NEW_RUN_FIELDS}
     params["input"] = new.input_json
     return params
+
+
+#: Counts limited claims: every eighth also looks for runs of limited workflows started
+#: without a lane (in SQL), rare enough not to be worth a scan on every claim.
+_LIMITED_CLAIMS = itertools.count()
+
+
+def _child_keys(child: NewRun) -> dict[str, str | None]:
+    """A child's flow-control keys, when its workflow declares limits."""
+    if child.concurrency_key is None:
+        return {}
+    return {
+        "concurrency_key": child.concurrency_key,
+        "fifo_key": child.fifo_key,
+        "rate_key": child.rate_key,
+    }
+
+
+def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict[str, Any]:
+    """The limits of the ``claim_runs_limited`` query, one array per field; with
+    ``stray`` (default: every eighth call), the claim also looks for runs of limited
+    workflows without a lane."""
+    if stray is None:
+        stray = next(_LIMITED_CLAIMS) % 8 == 0
+    limits = params.limits
+    limited = {lim.workflow for lim in limits}
+    return {
+        "l_workflows": [lim.workflow for lim in limits],
+        "l_concurrency": [lim.concurrency for lim in limits],
+        "l_key_concurrency": [lim.key_concurrency for lim in limits],
+        "l_rate": [lim.rate_limit for lim in limits],
+        "l_period": [lim.rate_period for lim in limits],
+        "l_fifo": [lim.fifo for lim in limits],
+        "plain_workflows": sorted({name for name, _ in params.workflows} - limited),
+        "scan": 4 * params.limit + 16 if stray else 0,
+    }
+
+
+def create_query(new: NewRun) -> str:
+    """The query that creates ``new``: a start under flow control stores its keys."""
+    if new.concurrency_key is None and new.debounce_key is None and new.fifo_key is None:
+        return "create_run"
+    return "create_keyed_run"
 
 
 def created_from_row(row: tuple[Any, ...]) -> CreateResult:

@@ -59,8 +59,10 @@ from ._clock import set_offset
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
+    create_query,
     created_from_row,
     dumps,
+    limited_claim_params,
     list_runs_params,
     new_run_params,
     run_from_row,
@@ -68,6 +70,7 @@ from ._convert import (
     transition_params,
 )
 from ._operations import Operations
+from ._schedules import ScheduleStore
 from ._schema import ident, migrate
 from ._transact import transact as transact_in_app
 from .notify import Listener
@@ -86,7 +89,7 @@ def _pairs(workflows: Sequence[tuple[str, int]]) -> dict[str, Any]:
     return {"workflows": [w for w, _ in workflows], "versions": [v for _, v in workflows]}
 
 
-class PostgresBackend(Operations, Backend):
+class PostgresBackend(Operations, ScheduleStore, Backend):
     """Storage on PostgreSQL: one schema, a connection pool, LISTEN/NOTIFY notices.
 
     Args:
@@ -210,7 +213,8 @@ class PostgresBackend(Operations, Backend):
             cursors = []
             async with pipelined_transaction(conn):
                 for new in batch:
-                    cursors.append(await conn.execute(QUERIES["create_run"], new_run_params(new)))  # noqa: PERF401
+                    query = QUERIES[create_query(new)]
+                    cursors.append(await conn.execute(query, new_run_params(new)))
             results = []
             for cur in cursors:
                 row = await cur.fetchone()
@@ -219,7 +223,7 @@ class PostgresBackend(Operations, Backend):
             return results
 
     async def _create_one(self, new: NewRun) -> CreateResult:
-        row = await self._db.one(QUERIES["create_run"], new_run_params(new))
+        row = await self._db.one(QUERIES[create_query(new)], new_run_params(new))
         assert row is not None
         return created_from_row(row)
 
@@ -369,16 +373,21 @@ class PostgresBackend(Operations, Backend):
     async def claim_runs(self, params: ClaimParams) -> list[Claim]:
         if params.limit <= 0 or not params.workflows:
             return []
-        rows = await self._db.all(
-            QUERIES["claim_runs"],
-            {
-                **_pairs(params.workflows),
-                "worker": params.worker_id,
-                "limit": params.limit,
-                "lease": float(params.lease_seconds),
-            },
-            unsynced=True,
-        )
+        values = {
+            **_pairs(params.workflows),
+            "worker": params.worker_id,
+            "limit": params.limit,
+            "lease": float(params.lease_seconds),
+        }
+        if not params.limits:
+            rows = await self._db.all(QUERIES["claim_runs"], values, unsynced=True)
+        else:
+            rows = await self._db.all(
+                QUERIES["claim_runs_limited"],
+                values | limited_claim_params(params),
+                unsynced=True,
+                before=QUERIES["claim_limits_lock"],
+            )
         return [claim_from_row(row) for row in rows]
 
     async def extend_leases(

@@ -63,6 +63,8 @@ def fork_run(
         if source is None:
             raise RunNotFound(source_id)
         before = None if before_step is None else _seq(s, source_id, before_step)
+        keys = s.one(QUERIES["run_keys"], {"id": source_id})
+        assert keys is not None
         row = s.one(
             QUERIES["insert_run"],
             {
@@ -79,6 +81,11 @@ def fork_run(
                 "retention_days": source["retention_days"],
                 "now": now,
                 "traceparent": None,
+                # A fork keeps its source's flow-control keys (not its debounce key).
+                "concurrency_key": keys["concurrency_key"],
+                "fifo_key": keys["fifo_key"],
+                "rate_key": keys["rate_key"],
+                "debounce_key": None,
             },
         )
         if row is None:

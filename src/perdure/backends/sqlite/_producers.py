@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import RunNotFound, ValidationError
 from ...ids import new_run_id
 from ...records import ACTIVE_STATUSES, CreateResult, NewRun, Published, SignalOutcome
-from ._convert import dumps, to_run
+from ._convert import dumps, micro, to_run
 from ._flows import child_ended
 from ._json import json_equal
 from ._rows import (
@@ -33,6 +33,10 @@ __all__ = ["cancel_run", "create_run", "deliver_signal", "publish"]
 
 def create_run(s: Session, new: NewRun) -> CreateResult:
     with s.write() as now:
+        if new.debounce_key is not None and new.debounce is not None:
+            pending = debounce_pending(s, new, now)
+            if pending is not None:
+                return pending
         row = insert_run(s, new, now, parent_id=new.parent_id)
         if row is not None:
             s.notify("wake", new.id)
@@ -56,6 +60,28 @@ def create_run(s: Session, new: NewRun) -> CreateResult:
             data = {"idempotency_key": new.idempotency_key, "input_differs": True}
             add_event(s, existing["id"], "duplicate_start", _strip_nulls(data), now)
         return CreateResult(to_run(existing), False, differs)
+
+
+def debounce_pending(s: Session, new: NewRun, now: float) -> CreateResult | None:
+    """A debounced start that finds the pending run of its key: that run takes the
+    input and keys and is pushed back (``debounced`` event); None if there is none."""
+    assert new.debounce is not None
+    params = {
+        "workflow": new.workflow,
+        "debounce_key": new.debounce_key,
+        "input": new.input_json,
+        "available_at": micro(now + new.debounce),
+        "concurrency_key": new.concurrency_key,
+        "fifo_key": new.fifo_key,
+        "rate_key": new.rate_key,
+        "now": now,
+    }
+    row = s.one(QUERIES["debounce_run"], params)
+    if row is None:
+        return None
+    add_event(s, row["id"], "debounced", {"debounce_key": new.debounce_key}, now)
+    s.notify("wake", row["id"])
+    return CreateResult(to_run(row), False)
 
 
 def cancel_run(s: Session, run_id: str, rollback: bool = False) -> bool:
@@ -166,6 +192,14 @@ def _deliver(
     return "buffered"
 
 
+def _unkeyed_lane(options: dict[str, Any]) -> dict[str, Any]:
+    """A limited workflow's run started without its code: the workflow's '' lane."""
+    limited = options.get("limited")
+    if not isinstance(limited, dict):
+        return {}
+    return {"concurrency_key": "", "rate_key": "" if limited.get("rate") else None}
+
+
 def publish(s: Session, event: str, payload_json: str, key: str | None) -> Published:
     with s.write() as now:
         if key is not None:
@@ -207,6 +241,7 @@ def publish(s: Session, event: str, payload_json: str, key: str | None) -> Publi
                 priority=int(options.get("priority", 100)),
                 retention_days=int(options.get("retention_days", 30)),
                 deadline_in=None if deadline is None else float(deadline),
+                **_unkeyed_lane(options),
             )
             if insert_run(s, new, now, parent_id=None, extra={"event": event}) is not None:
                 started.append(new.id)

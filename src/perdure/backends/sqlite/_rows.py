@@ -69,6 +69,10 @@ def insert_run(
             "retention_days": new.retention_days,
             "now": now,
             "traceparent": new.traceparent,
+            "concurrency_key": new.concurrency_key,
+            "fifo_key": new.fifo_key,
+            "rate_key": new.rate_key,
+            "debounce_key": new.debounce_key,
         },
     )
     if row is not None:

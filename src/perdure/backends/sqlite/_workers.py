@@ -65,12 +65,26 @@ def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
     if params.limit <= 0 or not params.workflows:
         return []
     pairs = _pairs_json(params.workflows)
+    select = QUERIES["claim_select"]
+    extra: dict[str, Any] = {}
+    if params.limits:
+        select = QUERIES["claim_select_limited"]
+        limited = {x.workflow for x in params.limits}
+        extra["plain"] = int(any(name not in limited for name, _ in params.workflows))
+        extra["scan"] = 4 * params.limit + 16  # unkeyed runs of limited workflows
+        extra["limits"] = json.dumps(
+            [
+                [x.workflow, x.concurrency, x.key_concurrency, x.rate_limit, x.rate_period, x.fifo]
+                for x in params.limits
+            ]
+        )
     # A plain read first: an idle poll never takes the write lock.
-    probe = s.one(QUERIES["claim_select"], {"now": s.clock(), "pairs": pairs, "limit": 1})
+    probe_limit = params.limit if params.limits else 1  # a lane's first run may be held back
+    probe = s.one(select, {"now": s.clock(), "pairs": pairs, "limit": probe_limit, **extra})
     if probe is None:
         return []
     with s.write() as now:
-        picked = s.all(QUERIES["claim_select"], {"now": now, "pairs": pairs, "limit": params.limit})
+        picked = s.all(select, {"now": now, "pairs": pairs, "limit": params.limit, **extra})
         if not picked:
             return []
         ids_json = json.dumps([row["id"] for row in picked])

@@ -41,6 +41,7 @@ from ...records import (
     Published,
     QueueGauge,
     Run,
+    Schedule,
     SignalOutcome,
     Step,
     Transition,
@@ -49,11 +50,12 @@ from ...records import (
     WorkflowRecord,
     WorkflowSummary,
 )
+from ...schedules import ScheduleSpec
 from ...validation import check_int
 from .._clock import check_offset
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
-from . import _flows, _operations, _producers, _reads, _registry, _transact, _workers
+from . import _flows, _operations, _producers, _reads, _registry, _schedules, _transact, _workers
 from ._convert import to_dt
 from ._hub import hub_for
 from ._json import json_contains
@@ -287,6 +289,29 @@ class SQLiteBackend(Backend):
         self, event: str, payload_json: str, idempotency_key: str | None = None
     ) -> Published:
         return await self._call(_producers.publish, event, payload_json, idempotency_key)
+
+    async def put_schedule(self, spec: ScheduleSpec, next_at: datetime) -> Schedule:
+        return await self._call(_schedules.put_schedule, spec, next_at)
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        return await self._call(_schedules.get_schedule, name)
+
+    async def list_schedules(self) -> list[Schedule]:
+        return await self._call(_schedules.list_schedules)
+
+    async def pause_schedule(self, name: str, paused: bool, next_at: datetime | None) -> bool:
+        return await self._call(_schedules.pause_schedule, name, paused, next_at)
+
+    async def delete_schedule(self, name: str) -> bool:
+        return await self._call(_schedules.delete_schedule, name)
+
+    async def due_schedules(self, limit: int = 100) -> list[Schedule]:
+        return await self._call(_schedules.due_schedules, limit)
+
+    async def advance_schedule(
+        self, name: str, from_at: datetime, to_at: datetime, fired_at: datetime | None
+    ) -> bool:
+        return await self._call(_schedules.advance_schedule, name, from_at, to_at, fired_at)
 
     async def subscribe_topic(self, pattern: str, workflow: str) -> bool:
         return await self._call(_registry.subscribe_topic, pattern, workflow)

@@ -239,12 +239,14 @@ async def fork(request: Request, run_id: str) -> Response:
 
 @router.get("/workers", response_class=HTMLResponse)
 async def workers(request: Request) -> HTMLResponse:
-    """Workers seen within a day: live, stopped, or silent (gone without stopping)."""
+    """Workers seen within a day: live, stopped, or silent (gone without stopping); and
+    the schedules they fire."""
     app = app_of(request)
     seen = await app.list_workers_async("1d")
     now = await app.now_async()
     rows = [(w, _worker_state(w.stopped_at, w.last_seen_at, now)) for w in seen]
-    return _render(request, "workers.html", workers=rows, live=True)
+    schedules = await app.list_schedules_async()
+    return _render(request, "workers.html", workers=rows, schedules=schedules, live=True)
 
 
 @router.get(LOGIN, response_class=HTMLResponse)

@@ -129,6 +129,30 @@ FROM create_run(
     p_parent_step => %(parent_step)s::text, p_traceparent => %(traceparent)s::text
 ) AS c
 
+-- name: create_keyed_run
+-- Create a run with flow-control keys or a debounce through create_keyed_run(); as create_run.
+SELECT c.created,
+       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
+       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
+       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
+       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
+            THEN (c.run).available_at END,
+       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
+       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
+       NOT c.created AND (c.run).input <> %(input)s::jsonb
+FROM create_keyed_run(
+    p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
+    p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
+    p_idempotency_key => %(idempotency_key)s::text, p_delay => %(delay)s::double precision,
+    p_run_at => %(run_at)s::timestamptz, p_deadline_in => %(deadline_in)s::double precision,
+    p_deadline_at => %(deadline_at)s::timestamptz,
+    p_retention_days => %(retention_days)s::integer, p_parent_id => %(parent_id)s::text,
+    p_parent_step => %(parent_step)s::text,
+    p_concurrency_key => %(concurrency_key)s::text, p_fifo_key => %(fifo_key)s::text,
+    p_rate_key => %(rate_key)s::text, p_debounce_key => %(debounce_key)s::text,
+    p_debounce => %(debounce)s::double precision, p_traceparent => %(traceparent)s::text
+) AS c
+
 -- name: cancel_run
 -- Cancel a run and its live descendants through cancel_tree().
 SELECT cancel_tree(%(run_id)s)
@@ -320,30 +344,7 @@ claimed AS (
     WHERE r.id = due.id
     RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
 ),
-logged AS (
-    INSERT INTO events (run_id, type, data)
-    SELECT c.id, 'lease_expired', jsonb_build_object('worker', c.previous_owner)
-    FROM claimed c
-    WHERE c.previous_status = 'running'
-    UNION ALL
-    SELECT c.id, 'claimed',
-           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
-    FROM claimed c
-)
-SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
-       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
-       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
-       c.updated_at, c.parent_step,
-       c.lease_token, c.claims_since_progress, c.step_attempts,
-       c.previous_status = 'running', perdure_now(),
-       (SELECT json_agg(json_build_array(s.key, s.kind, s.status, s.output, s.error, s.attempts,
-                                         s.started_at, s.completed_at) ORDER BY s.seq)
-        FROM steps s WHERE s.run_id = c.id),
-       (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
-        FROM waits w WHERE w.run_id = c.id),
-       c.traceparent
-FROM claimed c
-ORDER BY c.priority, c.id
+{{_claim_end}}
 
 -- name: extend_leases
 -- Renew the leases still held (same token, running), locking rows in id order, and
@@ -598,3 +599,183 @@ WHERE n.nspname = current_schema() AND c.relname = 'runs'
 -- name: analyze_runs
 -- Refresh the planner statistics of runs, so claims keep using the claim index.
 ANALYZE runs
+
+-- name: claim_limits_lock
+-- Serialize the limited claims of this schema: sent in the claim's transaction before
+-- claim_runs_limited, so that statement's snapshot sees every earlier limited claim
+-- (its counts are exact, and racing workers never overshoot a limit).
+SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0))
+
+-- name: claim_runs_limited
+-- claim_runs under flow-control limits: limited_candidates() picks them (see docs/flow-control.md).
+WITH served AS (
+    SELECT p.workflow, p.version
+    FROM claim_served(%(workflows)s::text[], %(versions)s::integer[]) AS p
+),
+lim AS (
+    SELECT l.workflow
+    FROM claim_limits(%(l_workflows)s::text[], %(l_concurrency)s::integer[],
+                      %(l_key_concurrency)s::integer[], %(l_rate)s::integer[],
+                      %(l_period)s::double precision[], %(l_fifo)s::boolean[]) AS l
+),
+admitted AS (
+    SELECT a.id, a.priority, a.lane_rank, a.available_at
+    FROM limited_candidates(
+        %(workflows)s::text[], %(versions)s::integer[], %(limit)s::integer,
+        %(l_workflows)s::text[], %(l_concurrency)s::integer[], %(l_key_concurrency)s::integer[],
+        %(l_rate)s::integer[], %(l_period)s::double precision[], %(l_fifo)s::boolean[]) AS a
+),
+plain AS (
+    SELECT r.id, r.priority, 1::bigint AS lane_rank, r.available_at
+    FROM runs r
+    WHERE cardinality(%(plain_workflows)s::text[]) > 0
+      AND r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= perdure_now()
+      AND r.workflow = ANY(%(plain_workflows)s::text[])
+      AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+           OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
+    ORDER BY r.priority, r.available_at
+    LIMIT %(limit)s::integer
+),
+stray AS (
+    SELECT q.id, q.priority, 1::bigint AS lane_rank, q.available_at
+    FROM (
+        SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.workflow
+        FROM runs r
+        WHERE %(scan)s::integer > 0
+          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= perdure_now()
+          AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+               OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
+        ORDER BY r.priority, r.available_at
+        LIMIT %(scan)s::integer
+    ) q
+    WHERE q.concurrency_key IS NULL AND q.workflow IN (SELECT l.workflow FROM lim l)
+),
+picked AS (
+    SELECT a.id FROM (
+        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
+    ) a
+    ORDER BY a.priority, a.lane_rank, a.available_at
+    LIMIT %(limit)s::integer
+),
+due AS (
+    -- Each picked run by its primary key (never a scan of the backlog), locked.
+    SELECT d.id, d.status, d.lease_owner, d.version
+    FROM picked p
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status, r.lease_owner,
+               coalesce(r.version, (SELECT max(s.version) FROM served s
+                                    WHERE s.workflow = r.workflow)) AS version
+        FROM runs r
+        WHERE r.id = p.id
+          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= perdure_now()
+        FOR UPDATE OF r SKIP LOCKED
+    ) d
+),
+claimed AS (
+    UPDATE runs AS r SET
+        status = 'running',
+        version = due.version,
+        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+        lease_owner = %(worker)s::text,
+        lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        started_at = coalesce(r.started_at, perdure_now()),
+        wake_reason = NULL,
+        claims_since_progress = r.claims_since_progress + 1,
+        updated_at = perdure_now()
+    FROM due
+    WHERE r.id = due.id
+      AND r.id = ANY(ARRAY(SELECT d.id FROM due d))  -- by primary key, whatever the plan
+    RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
+),
+{{_claim_end}}
+
+-- name: _claim_end
+-- (a part) The end of both claims, after their "claimed" CTE: log lease_expired and
+-- claimed events, and return each claimed run with its journal and open waits.
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT c.id, 'lease_expired', jsonb_build_object('worker', c.previous_owner)
+    FROM claimed c
+    WHERE c.previous_status = 'running'
+    UNION ALL
+    SELECT c.id, 'claimed',
+           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
+    FROM claimed c
+)
+SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
+       c.updated_at, c.parent_step,
+       c.lease_token, c.claims_since_progress, c.step_attempts,
+       c.previous_status = 'running', perdure_now(),
+       (SELECT json_agg(json_build_array(s.key, s.kind, s.status, s.output, s.error, s.attempts,
+                                         s.started_at, s.completed_at) ORDER BY s.seq)
+        FROM steps s WHERE s.run_id = c.id),
+       (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
+        FROM waits w WHERE w.run_id = c.id),
+       c.traceparent
+FROM claimed c
+ORDER BY c.priority, c.id
+
+-- name: _schedule_columns
+-- (a part) The columns of a schedule s, as schedule_from_row() reads them.
+s.name, s.workflow, s.cron, s.timezone, s.catch_up, s.paused, s.next_at, s.input,
+s.last_fired_at, s.created_at
+
+-- name: put_schedule
+-- Insert or update a schedule; an unchanged cron, zone and workflow keep next_at and paused.
+INSERT INTO schedules AS s (name, workflow, cron, input, timezone, catch_up, next_at)
+VALUES (%(name)s, %(workflow)s, %(cron)s, %(input)s::jsonb, %(timezone)s, %(catch_up)s,
+        %(next_at)s::timestamptz)
+ON CONFLICT (name) DO UPDATE SET
+    input = excluded.input,
+    catch_up = excluded.catch_up,
+    next_at = CASE WHEN (s.cron, s.timezone, s.workflow)
+                        = (excluded.cron, excluded.timezone, excluded.workflow)
+                   THEN s.next_at ELSE excluded.next_at END,
+    cron = excluded.cron,
+    timezone = excluded.timezone,
+    workflow = excluded.workflow,
+    updated_at = perdure_now()
+RETURNING {{_schedule_columns}}
+
+-- name: get_schedule
+-- One schedule by name.
+SELECT {{_schedule_columns}} FROM schedules s WHERE s.name = %(name)s
+
+-- name: list_schedules
+-- Every schedule, by name.
+SELECT {{_schedule_columns}} FROM schedules s ORDER BY s.name
+
+-- name: pause_schedule
+-- Pause or resume a schedule (resuming a paused one sets next_at); returns a row if it exists.
+UPDATE schedules SET
+    paused = %(paused)s::boolean,
+    next_at = CASE WHEN paused THEN coalesce(%(next_at)s::timestamptz, next_at) ELSE next_at END,
+    updated_at = perdure_now()
+WHERE name = %(name)s
+RETURNING 1
+
+-- name: delete_schedule
+-- Delete a schedule; returns a row if there was one.
+DELETE FROM schedules WHERE name = %(name)s RETURNING 1
+
+-- name: due_schedules
+-- Schedules not paused whose next tick is past, earliest first.
+SELECT {{_schedule_columns}} FROM schedules s
+WHERE NOT s.paused AND s.next_at <= perdure_now()
+ORDER BY s.next_at
+LIMIT %(limit)s::integer
+
+-- name: advance_schedule
+-- Move next_at on if no other process did first (compare-and-set); returns a row if so.
+UPDATE schedules SET
+    next_at = %(to_at)s::timestamptz,
+    last_fired_at = coalesce(%(fired_at)s::timestamptz, last_fired_at),
+    updated_at = perdure_now()
+WHERE name = %(name)s AND next_at = %(from_at)s::timestamptz AND NOT paused
+RETURNING 1

@@ -64,11 +64,13 @@ LIMIT 1
 INSERT INTO runs (
     id, workflow, version, status, input, attempt, priority, idempotency_key,
     parent_id, parent_step, available_at, lease_token, deadline_at, retention_days,
-    claims_since_progress, step_attempts, created_at, updated_at, traceparent
+    claims_since_progress, step_attempts, created_at, updated_at, traceparent,
+    concurrency_key, fifo_key, rate_key, debounce_key
 ) VALUES (
     :id, :workflow, :version, 'pending', :input, 1, :priority, :idempotency_key,
     :parent_id, :parent_step, :available_at, 0, :deadline_at, :retention_days,
-    0, 0, :now, :now, :traceparent
+    0, 0, :now, :now, :traceparent,
+    :concurrency_key, :fifo_key, :rate_key, :debounce_key
 )
 ON CONFLICT DO NOTHING
 RETURNING
@@ -642,3 +644,202 @@ FROM runs
 WHERE status IN ('pending', 'waiting', 'running')
 GROUP BY workflow
 ORDER BY workflow
+
+-- name: debounce_run
+-- The pending run of a debounce key takes a later start's input and keys and is pushed back.
+UPDATE runs SET
+    input = :input,
+    available_at = :available_at,
+    concurrency_key = :concurrency_key,
+    fifo_key = :fifo_key,
+    rate_key = :rate_key,
+    updated_at = :now
+WHERE workflow = :workflow AND debounce_key = :debounce_key AND status = 'pending'
+RETURNING
+    {{_run_columns}}
+
+-- name: claim_select_limited
+-- claim_select under flow-control limits (as PostgreSQL's claim_runs_limited; see docs/flow-control.md).
+WITH RECURSIVE served(workflow, version) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs)
+),
+lim(workflow, concurrency, key_concurrency, rate, period, fifo) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+           json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
+    FROM json_each(:limits)
+),
+lane_walk(workflow, lane) AS (
+    SELECT l.workflow,
+           (SELECT r.concurrency_key FROM runs r INDEXED BY runs_lane_idx
+            WHERE r.workflow = l.workflow AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NOT NULL
+            ORDER BY r.concurrency_key LIMIT 1)
+    FROM lim l
+    UNION ALL
+    SELECT w.workflow,
+           (SELECT r.concurrency_key FROM runs r INDEXED BY runs_lane_idx
+            WHERE r.workflow = w.workflow AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key > w.lane
+            ORDER BY r.concurrency_key LIMIT 1)
+    FROM lane_walk w
+    WHERE w.lane IS NOT NULL
+),
+lane_runs AS (
+    SELECT r.id, r.workflow, r.concurrency_key AS lane, r.status, r.priority, r.available_at,
+           r.created_at, r.fifo_key, r.rate_key, r.started_at,
+           row_number() OVER w AS lane_rank
+    FROM lane_walk k
+    JOIN runs r ON r.id IN (
+        SELECT x.id FROM runs x INDEXED BY runs_lane_idx
+        WHERE x.workflow = k.workflow AND x.concurrency_key = k.lane
+          AND x.status IN ('pending', 'waiting', 'running') AND x.status <> 'running'
+          AND x.available_at <= :now
+          AND (x.version IS NULL
+               OR (x.workflow, x.version) IN (SELECT workflow, version FROM served))
+        ORDER BY x.priority, x.available_at, x.id
+        LIMIT :limit)
+    WHERE k.lane IS NOT NULL
+    WINDOW w AS (PARTITION BY r.workflow, r.concurrency_key
+                 ORDER BY r.priority, r.available_at, r.id)
+),
+by_lane AS (
+    SELECT o.*, l.concurrency, l.rate, l.period, l.fifo
+    FROM lane_runs o
+    JOIN lim l ON l.workflow = o.workflow
+    WHERE (l.key_concurrency IS NULL
+           OR (SELECT count(*) FROM runs x INDEXED BY runs_lane_running_idx
+               WHERE x.workflow = o.workflow AND x.concurrency_key = o.lane
+                 AND x.status = 'running') + o.lane_rank <= l.key_concurrency)
+),
+by_fifo AS (
+    SELECT b.*
+    FROM by_lane b
+    WHERE NOT b.fifo OR b.fifo_key IS NULL
+       OR NOT EXISTS (
+            SELECT 1 FROM runs o INDEXED BY runs_fifo_idx
+            WHERE o.workflow = b.workflow AND o.fifo_key = b.fifo_key
+              AND o.status IN ('pending', 'waiting', 'running') AND o.id <> b.id
+              AND ((o.created_at, o.id) < (b.created_at, b.id) OR o.status = 'running'))
+),
+by_rate AS (
+    SELECT f.* FROM (
+        SELECT b.*,
+               (SELECT count(*) FROM runs x INDEXED BY runs_rate_idx
+                WHERE x.workflow = b.workflow AND x.rate_key = b.rate_key
+                  AND x.started_at IS NOT NULL AND x.started_at > :now - b.period) AS used,
+               sum(CASE WHEN b.started_at IS NULL THEN 1 ELSE 0 END) OVER (
+                   PARTITION BY b.workflow, b.rate_key
+                   ORDER BY b.priority, b.lane_rank, b.available_at, b.id) AS rate_new
+        FROM by_fifo b
+    ) f
+    WHERE f.rate IS NULL OR f.rate_key IS NULL OR f.started_at IS NOT NULL
+       OR f.used + f.rate_new <= f.rate
+),
+admitted AS (
+    SELECT a.id, a.status, a.priority, a.lane_rank, a.available_at FROM (
+        SELECT r.*,
+               (SELECT count(*) FROM runs x INDEXED BY runs_lane_running_idx
+                WHERE x.workflow = r.workflow AND x.concurrency_key IS NOT NULL
+                  AND x.status = 'running') AS wf_running,
+               row_number() OVER (
+                   PARTITION BY r.workflow
+                   ORDER BY r.priority, r.lane_rank, r.available_at, r.id) AS wf_new
+        FROM by_rate r
+    ) a
+    WHERE a.concurrency IS NULL OR a.wf_running + a.wf_new <= a.concurrency
+),
+recovered AS (
+    SELECT r.id, r.status, r.priority, 0 AS lane_rank, r.available_at
+    FROM runs r INDEXED BY runs_lane_running_idx
+    WHERE r.workflow IN (SELECT l.workflow FROM lim l)
+      AND r.status = 'running' AND r.concurrency_key IS NOT NULL
+      AND r.available_at <= :now
+      AND (r.workflow, r.version) IN (SELECT workflow, version FROM served)
+),
+plain AS (
+    SELECT r.id, r.status, r.priority, 1 AS lane_rank, r.available_at
+    FROM runs r INDEXED BY runs_claim_idx
+    WHERE :plain
+      AND r.status IN ('pending', 'waiting', 'running')
+      AND r.available_at <= :now
+      AND ((r.workflow, r.version) IN (SELECT workflow, version FROM served)
+           OR (r.version IS NULL AND r.workflow IN (SELECT workflow FROM served)))
+      AND r.workflow NOT IN (SELECT l.workflow FROM lim l)
+    ORDER BY r.priority, r.available_at, r.id
+    LIMIT :limit
+),
+stray AS (
+    SELECT q.id, q.status, q.priority, 1 AS lane_rank, q.available_at
+    FROM (
+        SELECT r.id, r.status, r.priority, r.available_at, r.concurrency_key, r.workflow
+        FROM runs r INDEXED BY runs_claim_idx
+        WHERE r.status IN ('pending', 'waiting', 'running')
+          AND r.available_at <= :now
+          AND ((r.workflow, r.version) IN (SELECT workflow, version FROM served)
+               OR (r.version IS NULL AND r.workflow IN (SELECT workflow FROM served)))
+        ORDER BY r.priority, r.available_at, r.id
+        LIMIT :scan
+    ) q
+    WHERE q.concurrency_key IS NULL AND q.workflow IN (SELECT l.workflow FROM lim l)
+)
+SELECT c.id, c.status, r.lease_owner
+FROM (SELECT * FROM recovered UNION ALL SELECT * FROM admitted UNION ALL SELECT * FROM plain
+      UNION ALL SELECT * FROM stray) c
+JOIN runs r ON r.id = c.id
+ORDER BY c.priority, c.lane_rank, c.available_at, c.id
+LIMIT :limit
+
+-- name: put_schedule
+-- Insert or update a schedule; an unchanged cron, zone and workflow keep next_at and paused.
+INSERT INTO schedules (name, workflow, cron, input, timezone, catch_up, paused, next_at,
+                       created_at, updated_at)
+VALUES (:name, :workflow, :cron, :input, :timezone, :catch_up, 0, :next_at, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    input = excluded.input,
+    catch_up = excluded.catch_up,
+    next_at = CASE WHEN cron = excluded.cron AND timezone = excluded.timezone
+                        AND workflow = excluded.workflow
+                   THEN next_at ELSE excluded.next_at END,
+    cron = excluded.cron,
+    timezone = excluded.timezone,
+    workflow = excluded.workflow,
+    updated_at = excluded.updated_at
+RETURNING name, workflow, cron, timezone, catch_up, paused, next_at, input, last_fired_at,
+          created_at
+
+-- name: get_schedule
+-- One schedule by name.
+SELECT name, workflow, cron, timezone, catch_up, paused, next_at, input, last_fired_at, created_at
+FROM schedules WHERE name = :name
+
+-- name: list_schedules
+-- Every schedule, by name.
+SELECT name, workflow, cron, timezone, catch_up, paused, next_at, input, last_fired_at, created_at
+FROM schedules ORDER BY name
+
+-- name: pause_schedule
+-- Pause or resume a schedule (resuming a paused one sets next_at).
+UPDATE schedules SET
+    paused = :paused,
+    next_at = CASE WHEN paused THEN coalesce(:next_at, next_at) ELSE next_at END,
+    updated_at = :now
+WHERE name = :name
+
+-- name: delete_schedule
+-- Delete a schedule.
+DELETE FROM schedules WHERE name = :name
+
+-- name: due_schedules
+-- Schedules not paused whose next tick is past, earliest first.
+SELECT name, workflow, cron, timezone, catch_up, paused, next_at, input, last_fired_at, created_at
+FROM schedules WHERE paused = 0 AND next_at <= :now ORDER BY next_at LIMIT :limit
+
+-- name: advance_schedule
+-- Move next_at on if no other process did first (compare-and-set).
+UPDATE schedules SET
+    next_at = :to_at, last_fired_at = coalesce(:fired_at, last_fired_at), updated_at = :now
+WHERE name = :name AND next_at = :from_at AND paused = 0
+
+-- name: run_keys
+-- A run's flow-control keys (a fork keeps them).
+SELECT concurrency_key, fifo_key, rate_key FROM runs WHERE id = :id

@@ -60,11 +60,7 @@ BEGIN
     IF p_deadline_at IS NOT NULL THEN
         PERFORM check_time('deadline_at', p_deadline_at);
     END IF;
-    IF p_traceparent IS NOT NULL
-       AND p_traceparent !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
-        RAISE EXCEPTION 'invalid traceparent %: expected a W3C traceparent (00-<trace>-<span>-<flags>)',
-            quote_literal(left(p_traceparent, 80)) USING ERRCODE = 'PD001';
-    END IF;
+    PERFORM check_traceparent(p_traceparent);
     IF (p_parent_id IS NULL) <> (p_parent_step IS NULL) THEN
         RAISE EXCEPTION 'parent_id and parent_step go together' USING ERRCODE = 'PD001';
     END IF;

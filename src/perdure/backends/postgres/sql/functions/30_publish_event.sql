@@ -58,6 +58,13 @@ BEGIN
             coalesce((v_target.options ->> 'priority')::integer, 100), NULL, perdure_now(),
             perdure_now() + make_interval(secs => (v_target.options ->> 'deadline_seconds')::double precision),
             coalesce((v_target.options ->> 'retention_days')::integer, 30), NULL, NULL);
+        IF v_new.created AND v_target.options ? 'limited' THEN
+            -- A limited workflow's run started without its code: the workflow's '' lane.
+            UPDATE runs SET concurrency_key = '',
+                            rate_key = CASE WHEN (v_target.options -> 'limited' ->> 'rate')::boolean
+                                            THEN '' END
+            WHERE id = (v_new.run).id;
+        END IF;
         v_started := v_started || (v_new.run).id;
     END LOOP;
 

@@ -27,10 +27,11 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO runs (id, workflow, version, status, input, priority, available_at,
-                      deadline_at, retention_days)
+                      deadline_at, retention_days, concurrency_key, fifo_key, rate_key)
     VALUES (p_id, v_source.workflow, coalesce(p_version, v_source.version), 'pending',
             coalesce(p_input, v_source.input), v_source.priority, perdure_now(), NULL,
-            v_source.retention_days)
+            v_source.retention_days, v_source.concurrency_key, v_source.fifo_key,
+            v_source.rate_key)
     RETURNING * INTO v_run;
     INSERT INTO steps (run_id, key, kind, status, output, error, attempts, started_at,
                        completed_at, recorded_at)

@@ -65,6 +65,11 @@ BEGIN
             -- The trace context of the parent's pass: the child's spans join its trace.
             UPDATE runs SET traceparent = v_child ->> 'traceparent' WHERE id = v_child_id;
         END IF;
+        IF v_created AND v_child ? 'concurrency_key' THEN  -- a limited workflow's keys
+            UPDATE runs SET concurrency_key = v_child ->> 'concurrency_key',
+                            fifo_key = v_child ->> 'fifo_key', rate_key = v_child ->> 'rate_key'
+            WHERE id = v_child_id;
+        END IF;
         -- The child exists already (the parent was retried): a completed one gives its
         -- output at once; a failed or cancelled one is retried (its end reaches the
         -- parent as any child's does).

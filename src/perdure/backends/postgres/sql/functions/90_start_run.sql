@@ -36,6 +36,22 @@ BEGIN
             coalesce(start_run.priority, 100), start_run.idempotency_key, 30);
         RETURN (v_result.run).id;
     END IF;
+    IF v_definition.options ? 'limited' THEN
+        -- A limited workflow: the run joins its '' lane (its key functions are Python's).
+        PERFORM check_key('the idempotency key', start_run.idempotency_key)
+        WHERE start_run.idempotency_key IS NOT NULL;
+        SELECT * INTO v_result FROM create_keyed_run(
+            coalesce(start_run.run_id, new_run_id()), start_run.workflow, v_definition.version,
+            start_run.input,
+            coalesce(start_run.priority, (v_definition.options->>'priority')::integer, 100),
+            start_run.idempotency_key, 0, start_run.run_at,
+            (v_definition.options->>'deadline_seconds')::double precision, NULL,
+            coalesce((v_definition.options->>'retention_days')::integer, 30), NULL, NULL,
+            '', NULL,
+            CASE WHEN (v_definition.options -> 'limited' ->> 'rate')::boolean THEN '' END,
+            NULL, NULL);
+        RETURN (v_result.run).id;
+    END IF;
     SELECT * INTO v_result FROM create_run(
         coalesce(start_run.run_id, new_run_id()), start_run.workflow, v_definition.version,
         start_run.input,
