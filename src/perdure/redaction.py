@@ -119,6 +119,8 @@ class Redaction:
                 changes["output"] = self._set_value(current)  # the journal row of ctx.set
             elif field.name in _VALUE_FIELDS or field.name == "error":
                 changes[field.name] = self.value(current)
+            elif field.name == "tasks":  # a flow step's tasks
+                changes["tasks"] = type(current)(self.record(t) for t in current)
         return dataclasses.replace(record, **changes)
 
     def values(self, values: dict[str, Any]) -> dict[str, Any]:

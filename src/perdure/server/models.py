@@ -151,7 +151,10 @@ class StepOut(Model):
 
     @classmethod
     def of(cls, record: Any) -> Any:
-        """The model of a `perdure.Step`, its tasks included."""
+        """The model of a `perdure.Step`, its tasks included, masked as `Model.of`."""
+        redaction = SHOWN.get()
+        if redaction is not None:
+            record = redaction.record(record)
         data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
         data["tasks"] = [TaskOut.of(t) for t in record.tasks]
         return cls.model_validate(data)
