@@ -92,14 +92,18 @@ class PerdureBench:
 
     # ------------------------------------------------------------------ helpers
 
-    def app(self) -> App:
+    def app(self, limited: bool = False) -> App:
+        """The bench's App; with ``limited``, also W1L's and W5L's limited workflows (a
+        worker serving any limited workflow claims through the limited claim, so the
+        other workloads leave them out)."""
         app = App(self.url)
         for fn in WORKFLOWS:
             app.workflow(fn)
-        app.workflow(concurrency=W1L_CONCURRENCY)(three_limited)
-        app.workflow(concurrency_key=lambda n: f"t{n % W5L_KEYS}", key_concurrency=W5L_PER_KEY)(
-            backlog_keyed
-        )
+        if limited:
+            app.workflow(concurrency=W1L_CONCURRENCY)(three_limited)
+            app.workflow(concurrency_key=lambda n: f"t{n % W5L_KEYS}", key_concurrency=W5L_PER_KEY)(
+                backlog_keyed
+            )
         return app
 
     def _poll_conn(self) -> Any:
@@ -139,12 +143,13 @@ class PerdureBench:
 
     async def w1_once(self, concurrency: int, workflow: Any = three) -> dict[str, Any]:
         n = self.size.w1_runs
-        setup = self.app()
+        limited = workflow is three_limited
+        setup = self.app(limited)
         await setup.list_workflows_async()  # migrate and register before counting
         await setup.close_async()
         before = self.counter.read() if self.counter else 0
         xid0 = self.counter.next_xid() if self.counter else 0
-        app = self.app()
+        app = self.app(limited)
         polls = 0
         peak_busy = peak_total = 0
         with app.worker(concurrency=concurrency):
@@ -284,7 +289,7 @@ class PerdureBench:
         """W5, or with ``keyed`` W5L: the same backlog spread over concurrency keys with
         a per-key limit (the limited claim)."""
         workflow = "backlog_keyed" if keyed else "backlog"
-        app = self.app()
+        app = self.app(keyed)
         await app.list_workflows_async()
         t = time.perf_counter()
         await self._bulk_insert(app, self.size.w5_backlog, keyed)
@@ -310,6 +315,11 @@ class PerdureBench:
                 if row is not None:
                     break
                 await asyncio.sleep(0.1)
+        # The rest of the backlog would take the next workload's worker slots.
+        if self.dialect == "pg":
+            conn.execute("DELETE FROM perdure.runs WHERE workflow = %s", (workflow,))
+        else:
+            conn.execute("DELETE FROM runs WHERE workflow = ?", (workflow,))
         conn.close()
         await app.close_async()
         elapsed = float(row[0]) - on

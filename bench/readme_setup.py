@@ -104,7 +104,12 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
 
 
 def perdure_readme(
-    runs: int, w2_runs: int, *, workers: int = 1, starters: int = 1
+    runs: int,
+    w2_runs: int,
+    *,
+    workers: int = 1,
+    starters: int = 1,
+    worker_args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """W1 and W2 on perdure: ``workers`` worker processes (the CLI, default settings)
     and ``starters`` client threads starting W1's runs (1 and 1: the README setup).
@@ -127,7 +132,7 @@ def perdure_readme(
     perdure = [sys.executable, "-m", "perdure.cli.main"]
     procs = [
         subprocess.Popen(
-            [*perdure, "worker", "readme_app:app"],
+            [*perdure, "worker", "readme_app:app", *worker_args],
             cwd=work,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -136,7 +141,8 @@ def perdure_readme(
         for _ in range(workers)
     ]
     out: dict[str, Any] = {
-        "setup": f"{workers} perdure worker process(es) (concurrency 10) + "
+        "setup": f"{workers} perdure worker process(es) (concurrency 10"
+        f"{', ' + ' '.join(worker_args) if worker_args else ''}) + "
         f"{starters} sync client thread(s)"
     }
     pool = ThreadPoolExecutor(starters)
