@@ -12,6 +12,12 @@ first; SQLite: a temporary file):
 
 It prints steps or tasks per second and the per-task cost against a workflow step's
 (the issue's target: within 1.5x). Benchmarks are not tests: run it on a quiet machine.
+
+Counts, which a loaded machine does not blur, are printed beside the times: for each
+workload the worker's claim queries, commit batches (`Backend.apply` calls) and lease
+renewals per step or task, counted in this process; and on PostgreSQL the server's
+write transactions per step or task (its xid delta, which counts every writer on the
+server: run it where nothing else writes).
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ from typing import Any
 import psycopg
 
 from perdure import App, Context, TaskContext
+from perdure.backends.base import Backend
+
+try:
+    from _common import CommitCounter  # run as a script: bench/ is on the path
+except ImportError:  # pragma: no cover - imported as bench.flows
+    from bench._common import CommitCounter
 
 ADMIN_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SCHEMA = "bench_flows"
@@ -78,6 +90,51 @@ def define(app: App) -> None:
         return sum(input["item"])
 
 
+class _Calls:
+    """Counts the worker's backend calls (claims, commit batches, lease renewals)."""
+
+    names = ("claim_runs", "apply", "extend_leases")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.names, 0)
+
+    def install(self, backend_type: type[Backend]) -> None:
+        for name in self.names:
+            original = getattr(backend_type, name)
+
+            async def counted(self_: Any, *args: Any, _o: Any = original, _n: str = name) -> Any:
+                self.counts[_n] += 1
+                return await _o(self_, *args)
+
+            setattr(backend_type, name, counted)
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+def _backend_type(dialect: str) -> type[Backend]:
+    if dialect == "pg":
+        from perdure.backends.postgres import PostgresBackend
+
+        return PostgresBackend
+    from perdure.backends.sqlite import SQLiteBackend
+
+    return SQLiteBackend
+
+
+def _measure(
+    app: App, name: str, inputs: list[Any], calls: _Calls, xids: CommitCounter | None, units: int
+) -> tuple[float, dict[str, float]]:
+    """Run the workload; its seconds and its counts per unit (step or task)."""
+    before, xid0 = calls.snapshot(), xids.next_xid() if xids else 0
+    seconds = asyncio.run(_many(app, name, inputs))
+    after, xid1 = calls.snapshot(), xids.next_xid() if xids else 0
+    counts = {f"{k}_per_unit": round((after[k] - before[k]) / units, 3) for k in calls.names}
+    if xids is not None:
+        counts["write_xacts_per_unit"] = round((xid1 - xid0) / units, 3)
+    return seconds, counts
+
+
 async def _many(app: App, name: str, inputs: list[Any]) -> float:
     started = time.perf_counter()
     handles = await asyncio.gather(*(app.start_async(name, i) for i in inputs))
@@ -96,14 +153,19 @@ def main() -> None:
     args = parser.parse_args()
     runs, size = (10, 50) if args.quick else (args.runs, args.map_size)
 
+    calls = _Calls()
+    calls.install(_backend_type(args.dialect))
+    xids = CommitCounter("postgres") if args.dialect == "pg" else None
     app = _app(args.dialect)
     define(app)
     results: dict[str, Any] = {"dialect": args.dialect, "runs": runs, "map_size": size}
     with app.worker(concurrency=args.concurrency):
-        w1 = asyncio.run(_many(app, "five", list(range(runs))))
-        f1 = asyncio.run(_many(app, "diamond", list(range(runs))))
-        f2 = asyncio.run(_many(app, "fanout", [list(range(size))]))
+        w1, w1_counts = _measure(app, "five", list(range(runs)), calls, xids, runs * 5)
+        f1, f1_counts = _measure(app, "diamond", list(range(runs)), calls, xids, runs * 5)
+        f2, f2_counts = _measure(app, "fanout", [list(range(size))], calls, xids, size + 1)
     app.close()
+    if xids is not None:
+        xids.close()
     step_us = w1 / (runs * 5) * 1e6
     task_us = f1 / (runs * 5) * 1e6
     map_us = f2 / (size + 1) * 1e6
@@ -115,6 +177,9 @@ def main() -> None:
         f1_us_per_task=round(task_us, 1),
         f2_us_per_task=round(map_us, 1),
         task_over_step=round(task_us / step_us, 2),
+        w1_counts_per_step=w1_counts,
+        f1_counts_per_task=f1_counts,
+        f2_counts_per_task=f2_counts,
     )
     print(json.dumps(results, indent=2))
     if args.json_out:
