@@ -70,7 +70,7 @@ async def test_completing_a_task_hands_over_the_tasks_it_unlocks(backend: Backen
     run_id, a = await _first(backend)
     result = await _complete(backend, a, "A", limit=2)
     assert result.ok
-    handed = {c.run.parent_step: c for c in result.claimed}
+    handed = {c.run.parent_step or "": c for c in result.claimed}
     assert sorted(handed) == ["b", "c"]  # up to the limit, in claim order
     for task in handed.values():
         assert task.run.parent_id == run_id and task.run.status == "running"
