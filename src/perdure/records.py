@@ -393,10 +393,10 @@ class Transition:
     step_attempts: int = 0
     outcome: Outcome | None = None
     #: Claim on complete: when the transition completes a DAG-flow task, the same
-    #: transaction leases up to ``claim.limit`` of its flow run's claimable tasks of
-    #: ``claim.workflows`` to ``claim.worker_id`` (as `Backend.claim_runs` would),
-    #: returned in `TransitionResult.claimed`; the wake-up for tasks handed over this
-    #: way is not sent. Ignored for any other transition.
+    #: transaction leases up to ``claim.limit`` of the tasks it started (the steps
+    #: that became ready) of ``claim.workflows`` to ``claim.worker_id`` (as
+    #: `Backend.claim_runs` would), returned in `TransitionResult.claimed`; the
+    #: wake-up for tasks handed over this way is not sent. Ignored otherwise.
     claim: ClaimParams | None = None
 
 

@@ -174,3 +174,12 @@ async def test_the_wake_notice_goes_out_only_for_tasks_left(backend: Backend) ->
         await wait_until(lambda: notices.has("wake", two.id), timeout=10, interval=0.05)
     finally:
         await unsubscribe()
+
+
+async def test_only_tasks_the_completion_started_are_handed_over(backend: Backend) -> None:
+    _, a = await _first(backend)
+    (b,) = (await _complete(backend, a, "A", limit=1)).claimed
+    # c and d were started by a's completion, not b's: b's hands over nothing
+    assert (await _complete(backend, b, "B")).claimed == ()
+    left = await claim(backend, workflows=PAIRS, limit=10)
+    assert sorted(t.run.parent_step or "" for t in left) == ["c", "d"]

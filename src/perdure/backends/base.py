@@ -391,12 +391,13 @@ class Backend(abc.ABC):
         * `Release`: lease cleared and claimable now, status ``waiting``, no wake reason.
 
         Claim on complete: a transition with ``claim`` set that completes a DAG-flow
-        task then leases, in the same transaction, up to ``claim.limit`` claimable tasks
-        of the same flow run whose (workflow, version) is in ``claim.workflows`` to
-        ``claim.worker_id``, exactly as `claim_runs` does (new lease token, lease
-        expiry, ``claimed`` event), and returns them in ``TransitionResult.claimed``.
-        The ``wake`` notice for the flow run is sent only if claimable tasks of it
-        remain. Any other transition ignores ``claim``.
+        task then leases, in the same transaction, up to ``claim.limit`` of the tasks
+        that completion started (of the steps that became ready) whose (workflow,
+        version) is in ``claim.workflows`` to ``claim.worker_id``, exactly as
+        `claim_runs` does (new lease token, lease expiry, ``claimed`` event), and
+        returns them in ``TransitionResult.claimed``. The flow run's ``wake`` notice
+        is sent only if some of the tasks it started were not handed over. Any other
+        transition ignores ``claim``.
         """
 
     @abc.abstractmethod

@@ -92,8 +92,8 @@ def lease_picked(
 
 def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...]:
     """After ``t`` applied (ok) in the open transaction: if it completed a task, lease
-    up to ``t.claim.limit`` claimable tasks of its flow run to the worker, and drop the
-    flow run's wake notice when no claimable pending task of it remains."""
+    up to ``t.claim.limit`` of the tasks it started (created at ``now``) to the
+    worker, and drop the flow run's wake notice when none of them is left."""
     params = t.claim
     if params is None or not isinstance(t.outcome, Complete):
         return ()

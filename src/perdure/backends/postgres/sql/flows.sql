@@ -65,9 +65,9 @@ SELECT set_config('perdure.claim_on_complete',
 
 -- name: claim_on_complete
 -- Claim on complete (after the transition): if it completed task %(run_id)s under
--- %(token)s in this transaction, lease up to %(limit)s claimable tasks of the same flow
--- run of the served pairs to the worker, exactly as claim_runs does, and send the
--- flow run's wake notice if claimable tasks of it remain. Always one row at least
+-- %(token)s in this transaction, lease up to %(limit)s of the tasks of the same flow
+-- run that this transaction started, of the served pairs, to the worker, exactly as
+-- claim_runs does, and send the flow run's wake notice if any of them remain. Always one row at least
 -- (all NULL when nothing was claimed), so the notice and the reset always happen.
 WITH ended AS (
     SELECT t.parent_id AS flow_id
@@ -83,8 +83,8 @@ due AS (
     SELECT r.id, r.status, r.lease_owner
     FROM runs r
     WHERE r.parent_id = (SELECT e.flow_id FROM ended e)
-      AND r.kind = 'task'
-      AND r.status IN ('pending', 'waiting', 'running')
+      AND r.kind = 'task' AND r.status = 'pending'
+      AND r.created_at = perdure_now()  -- started by this transaction
       AND r.available_at <= perdure_now()
       AND (r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
     ORDER BY r.priority, r.available_at, r.id
@@ -123,7 +123,7 @@ woken AS (
                     SELECT 1 FROM runs r
                     WHERE r.parent_id = (SELECT e.flow_id FROM ended e)
                       AND r.kind = 'task' AND r.status = 'pending'
-                      AND r.available_at <= perdure_now()
+                      AND r.created_at = perdure_now()
                       AND r.id NOT IN (SELECT d.id FROM due d))
                 THEN send_notice('w', (SELECT e.flow_id FROM ended e)) END AS woke
 )

@@ -123,12 +123,12 @@ SELECT parent_id FROM runs
 WHERE id = :id AND lease_token = :token AND kind = 'task' AND status = 'completed'
 
 -- name: claim_select_tasks
--- Claim on complete: claimable tasks of one flow run of the JSON list's pairs.
+-- Claim on complete: the tasks of one flow run started by this transaction (at :now),
+-- of the JSON list's pairs.
 SELECT id, status, lease_owner
 FROM runs
-WHERE parent_id = :parent_id AND kind = 'task'
-    AND status IN ('pending', 'waiting', 'running')
-    AND available_at <= :now
+WHERE parent_id = :parent_id AND kind = 'task' AND status = 'pending'
+    AND created_at = :now AND available_at <= :now
     AND (workflow, version) IN (
         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
         FROM json_each(:pairs))
@@ -136,7 +136,7 @@ ORDER BY priority, available_at, id
 LIMIT :limit
 
 -- name: pending_tasks_left
--- Claim on complete: does the flow run still have a claimable pending task?
+-- Claim on complete: is a task this transaction started (at :now) still unclaimed?
 SELECT 1 FROM runs
-WHERE parent_id = :parent_id AND kind = 'task' AND status = 'pending' AND available_at <= :now
+WHERE parent_id = :parent_id AND kind = 'task' AND status = 'pending' AND created_at = :now
 LIMIT 1
