@@ -87,7 +87,9 @@ class TaskExecution:
             return PassResult("abandoned", reason=self._abandoned)
         # Claim on complete: the commit that completes the task may hand this worker
         # tasks it starts (of the same flow run), saving their claim and wake-up.
-        handoff = self.services.claim_on_complete() if isinstance(outcome, Complete) else None
+        # (A step nothing depends on unlocks nothing: its commit claims nothing.)
+        unlocks = isinstance(outcome, Complete) and bool(shape.dependents(self.step.name))
+        handoff = self.services.claim_on_complete() if unlocks else None
         transition = Transition(
             self.claim.run.id, self._token, step_attempts=1, outcome=outcome, claim=handoff
         )

@@ -25,11 +25,18 @@ def pairs_json(pairs: Sequence[tuple[str, int]]) -> str:
 
 
 def lease_picked(
-    s: Session, picked: Sequence[Any], params: ClaimParams, pairs: str, now: float
+    s: Session,
+    picked: Sequence[Any],
+    params: ClaimParams,
+    pairs: str,
+    now: float,
+    *,
+    history: bool = True,
 ) -> list[Claim]:
     """Lease the picked rows (id, status, lease_owner) to the worker inside the open
     write transaction: a new token, the lease, ``lease_expired``/``claimed`` events;
-    return each as a `Claim` with its journal and waits."""
+    return each as a `Claim` with its journal and waits (``history=False``: runs just
+    started, which have neither)."""
     ids_json = json.dumps([row["id"] for row in picked])
     expires = micro(now + params.lease_seconds)
     claimed = {
@@ -57,11 +64,12 @@ def lease_picked(
         events.append({"run_id": run_id, "type": "claimed", "data": data, "now": now})
     s.conn.executemany(QUERIES["insert_event"], events)
     journals: dict[str, list[Step]] = {}
-    for step in s.all(QUERIES["claim_journals"], {"ids": ids_json}):
-        journals.setdefault(step["run_id"], []).append(to_step(step))
     waits: dict[str, list[Wait]] = {}
-    for wait in s.all(QUERIES["claim_waits"], {"ids": ids_json}):
-        waits.setdefault(wait["run_id"], []).append(to_wait(wait))
+    if history:
+        for step in s.all(QUERIES["claim_journals"], {"ids": ids_json}):
+            journals.setdefault(step["run_id"], []).append(to_step(step))
+        for wait in s.all(QUERIES["claim_waits"], {"ids": ids_json}):
+            waits.setdefault(wait["run_id"], []).append(to_wait(wait))
     at = to_dt(now)
     claims = []
     for row in picked:
@@ -109,7 +117,7 @@ def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...
             {"parent_id": flow_id, "now": now, "pairs": pairs, "limit": int(params.limit)},
         )
         if picked:
-            claims = lease_picked(s, picked, params, pairs, now)
+            claims = lease_picked(s, picked, params, pairs, now, history=False)
     left = s.one(FLOW_QUERIES["pending_tasks_left"], {"parent_id": flow_id, "now": now})
     if left is None:  # every task it started was handed over: nobody needs waking
         wake = Notice("wake", flow_id)

@@ -133,11 +133,7 @@ SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.atte
        c.updated_at, c.parent_step,
        c.lease_token, c.claims_since_progress, c.step_attempts,
        c.previous_status = 'running', perdure_now(),
-       (SELECT json_agg(json_build_array(s.key, s.kind, s.status, s.output, s.error, s.attempts,
-                                         s.started_at, s.completed_at) ORDER BY s.seq)
-        FROM steps s WHERE s.run_id = c.id),
-       (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
-        FROM waits w WHERE w.run_id = c.id),
+       NULL::json, NULL::json,  -- a task just started has no journal and no waits
        c.traceparent
 FROM woken w
 LEFT JOIN claimed c ON true
