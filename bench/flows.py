@@ -1,6 +1,7 @@
 """DAG-flow workloads beside W1: per-task overhead against a workflow step's.
 
 Usage: python bench/flows.py [--dialect pg|sqlite] [--runs 200] [--map-size 1000] [--quick]
+                             [--no-claim-on-complete]
 
 Three workloads in one process (a worker in a background thread, the client in the
 main thread), on a fresh database (PostgreSQL: the schema ``bench_flows``, dropped
@@ -150,7 +151,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
     parser.add_argument("--json", dest="json_out", default=None)
+    parser.add_argument(
+        "--no-claim-on-complete",
+        action="store_true",
+        help="workers never take tasks from their commits (the behaviour before it)",
+    )
     args = parser.parse_args()
+    if args.no_claim_on_complete:
+        from perdure.worker.handoff import HandOffs
+
+        HandOffs.reserve = lambda self: None  # type: ignore[method-assign]
     runs, size = (10, 50) if args.quick else (args.runs, args.map_size)
 
     calls = _Calls()
@@ -158,7 +168,12 @@ def main() -> None:
     xids = CommitCounter("postgres") if args.dialect == "pg" else None
     app = _app(args.dialect)
     define(app)
-    results: dict[str, Any] = {"dialect": args.dialect, "runs": runs, "map_size": size}
+    results: dict[str, Any] = {
+        "dialect": args.dialect,
+        "runs": runs,
+        "map_size": size,
+        "claim_on_complete": not args.no_claim_on_complete,
+    }
 
     async def workloads() -> list[tuple[float, dict[str, float]]]:
         # One event loop for the three: the client's connections stay open between them.

@@ -87,8 +87,13 @@ class TaskExecution:
             return PassResult("abandoned", reason=self._abandoned)
         # Claim on complete: the commit that completes the task may hand this worker
         # tasks it starts (of the same flow run), saving their claim and wake-up.
-        # (A step nothing depends on unlocks nothing: its commit claims nothing.)
-        unlocks = isinstance(outcome, Complete) and bool(shape.dependents(self.step.name))
+        # Only a single-task step with dependents asks: a leaf unlocks nothing, and of a
+        # map's many tasks only the last does (the claim loop takes what it unlocks).
+        unlocks = (
+            isinstance(outcome, Complete)
+            and not self.step.is_map
+            and bool(shape.dependents(self.step.name))
+        )
         handoff = self.services.claim_on_complete() if unlocks else None
         transition = Transition(
             self.claim.run.id, self._token, step_attempts=1, outcome=outcome, claim=handoff
