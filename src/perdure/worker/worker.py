@@ -579,3 +579,5 @@ class Worker:
     async def _shutdown(self, backend: Backend, committer: Committer) -> None:
         await self._active.give_back(backend, wait=None if self._hard else self.shutdown_timeout)
         await committer.drain()
+        if len(self._active):  # tasks a late commit handed over (claim on complete)
+            await self._active.give_back(backend, wait=None)
