@@ -16,7 +16,7 @@ from ._session import QUERIES, Session
 
 __all__ = ["claim_on_complete", "lease_picked", "pairs_json"]
 
-FLOW_QUERIES = load_queries(__package__, "flows.sql")
+FLOWS = load_queries(__package__, "flows.sql")
 
 
 def pairs_json(pairs: Sequence[tuple[str, int]]) -> str:
@@ -105,7 +105,7 @@ def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...
     params = t.claim
     if params is None or not isinstance(t.outcome, Complete):
         return ()
-    task = s.one(FLOW_QUERIES["completed_task"], {"id": t.run_id, "token": t.lease_token})
+    task = s.one(FLOWS["completed_task"], {"id": t.run_id, "token": t.lease_token})
     if task is None or task["parent_id"] is None:
         return ()
     flow_id = task["parent_id"]
@@ -113,12 +113,12 @@ def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...
     if params.limit > 0 and params.workflows:
         pairs = pairs_json(params.workflows)
         picked = s.all(
-            FLOW_QUERIES["claim_select_tasks"],
+            FLOWS["claim_select_tasks"],
             {"parent_id": flow_id, "now": now, "pairs": pairs, "limit": int(params.limit)},
         )
         if picked:
             claims = lease_picked(s, picked, params, pairs, now, history=False)
-    left = s.one(FLOW_QUERIES["pending_tasks_left"], {"parent_id": flow_id, "now": now})
+    left = s.one(FLOWS["pending_tasks_left"], {"parent_id": flow_id, "now": now})
     if left is None:  # every task it started was handed over: nobody needs waking
         wake = Notice("wake", flow_id)
         s.notices = [n for n in s.notices if n != wake]
