@@ -1,6 +1,7 @@
 """DAG-flow workloads beside W1: per-task overhead against a workflow step's.
 
 Usage: python bench/flows.py [--dialect pg|sqlite] [--runs 200] [--map-size 1000] [--quick]
+                             [--no-claim-on-complete]
 
 Three workloads in one process (a worker in a background thread, the client in the
 main thread), on a fresh database (PostgreSQL: the schema ``bench_flows``, dropped
@@ -12,6 +13,12 @@ first; SQLite: a temporary file):
 
 It prints steps or tasks per second and the per-task cost against a workflow step's
 (the issue's target: within 1.5x). Benchmarks are not tests: run it on a quiet machine.
+
+Counts, which a loaded machine does not blur, are printed beside the times: for each
+workload the worker's claim queries, commit batches (`Backend.apply` calls) and lease
+renewals per step or task, counted in this process; and on PostgreSQL the server's
+write transactions per step or task (its xid delta, which counts every writer on the
+server: run it where nothing else writes).
 """
 
 from __future__ import annotations
@@ -27,6 +34,12 @@ from typing import Any
 import psycopg
 
 from perdure import App, Context, TaskContext
+from perdure.backends.base import Backend
+
+try:
+    from _common import CommitCounter  # run as a script: bench/ is on the path
+except ImportError:  # pragma: no cover - imported as bench.flows
+    from bench._common import CommitCounter
 
 ADMIN_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SCHEMA = "bench_flows"
@@ -78,6 +91,51 @@ def define(app: App) -> None:
         return sum(input["item"])
 
 
+class _Calls:
+    """Counts the worker's backend calls (claims, commit batches, lease renewals)."""
+
+    names = ("claim_runs", "apply", "extend_leases")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.names, 0)
+
+    def install(self, backend_type: type[Backend]) -> None:
+        for name in self.names:
+            original = getattr(backend_type, name)
+
+            async def counted(self_: Any, *args: Any, _o: Any = original, _n: str = name) -> Any:
+                self.counts[_n] += 1
+                return await _o(self_, *args)
+
+            setattr(backend_type, name, counted)
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+def _backend_type(dialect: str) -> type[Backend]:
+    if dialect == "pg":
+        from perdure.backends.postgres import PostgresBackend
+
+        return PostgresBackend
+    from perdure.backends.sqlite import SQLiteBackend
+
+    return SQLiteBackend
+
+
+async def _measure(
+    app: App, name: str, inputs: list[Any], calls: _Calls, xids: CommitCounter | None, units: int
+) -> tuple[float, dict[str, float]]:
+    """Run the workload; its seconds and its counts per unit (step or task)."""
+    before, xid0 = calls.snapshot(), xids.next_xid() if xids else 0
+    seconds = await _many(app, name, inputs)
+    after, xid1 = calls.snapshot(), xids.next_xid() if xids else 0
+    counts = {f"{k}_per_unit": round((after[k] - before[k]) / units, 3) for k in calls.names}
+    if xids is not None:
+        counts["write_xacts_per_unit"] = round((xid1 - xid0) / units, 3)
+    return seconds, counts
+
+
 async def _many(app: App, name: str, inputs: list[Any]) -> float:
     started = time.perf_counter()
     handles = await asyncio.gather(*(app.start_async(name, i) for i in inputs))
@@ -93,17 +151,43 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
     parser.add_argument("--json", dest="json_out", default=None)
+    parser.add_argument(
+        "--no-claim-on-complete",
+        action="store_true",
+        help="workers never take tasks from their commits (the behaviour before it)",
+    )
     args = parser.parse_args()
+    if args.no_claim_on_complete:
+        from perdure.worker.handoff import HandOffs
+
+        HandOffs.reserve = lambda self: None  # type: ignore[method-assign]
     runs, size = (10, 50) if args.quick else (args.runs, args.map_size)
 
+    calls = _Calls()
+    calls.install(_backend_type(args.dialect))
+    xids = CommitCounter("postgres") if args.dialect == "pg" else None
     app = _app(args.dialect)
     define(app)
-    results: dict[str, Any] = {"dialect": args.dialect, "runs": runs, "map_size": size}
+    results: dict[str, Any] = {
+        "dialect": args.dialect,
+        "runs": runs,
+        "map_size": size,
+        "claim_on_complete": not args.no_claim_on_complete,
+    }
+
+    async def workloads() -> list[tuple[float, dict[str, float]]]:
+        # One event loop for the three: the client's connections stay open between them.
+        return [
+            await _measure(app, "five", list(range(runs)), calls, xids, runs * 5),
+            await _measure(app, "diamond", list(range(runs)), calls, xids, runs * 5),
+            await _measure(app, "fanout", [list(range(size))], calls, xids, size + 1),
+        ]
+
     with app.worker(concurrency=args.concurrency):
-        w1 = asyncio.run(_many(app, "five", list(range(runs))))
-        f1 = asyncio.run(_many(app, "diamond", list(range(runs))))
-        f2 = asyncio.run(_many(app, "fanout", [list(range(size))]))
+        (w1, w1_counts), (f1, f1_counts), (f2, f2_counts) = asyncio.run(workloads())
     app.close()
+    if xids is not None:
+        xids.close()
     step_us = w1 / (runs * 5) * 1e6
     task_us = f1 / (runs * 5) * 1e6
     map_us = f2 / (size + 1) * 1e6
@@ -115,6 +199,9 @@ def main() -> None:
         f1_us_per_task=round(task_us, 1),
         f2_us_per_task=round(map_us, 1),
         task_over_step=round(task_us / step_us, 2),
+        w1_counts_per_step=w1_counts,
+        f1_counts_per_task=f1_counts,
+        f2_counts_per_task=f2_counts,
     )
     print(json.dumps(results, indent=2))
     if args.json_out:

@@ -120,6 +120,8 @@ class CodecBackend(Backend):
     ) -> TransitionResult:
         if failed is not None and result.ok:
             result = replace(result, failed=failed)
+        if result.claimed:  # claim on complete: its claims are opened as claim_runs' are
+            result = replace(result, claimed=tuple(self._claim(c) for c in result.claimed))
         if not result.existing:
             return result
         return replace(result, existing=tuple(self._step(s) for s in result.existing))

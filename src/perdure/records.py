@@ -439,6 +439,12 @@ class Transition:
     children: tuple[NewRun, ...] = ()
     step_attempts: int = 0
     outcome: Outcome | None = None
+    #: Claim on complete: when the transition completes a DAG-flow task, the same
+    #: transaction leases up to ``claim.limit`` of the tasks it started (the steps
+    #: that became ready) of ``claim.workflows`` to ``claim.worker_id`` (as
+    #: `Backend.claim_runs` would), returned in `TransitionResult.claimed`; the
+    #: wake-up for tasks handed over this way is not sent. Ignored otherwise.
+    claim: ClaimParams | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,11 +456,15 @@ class TransitionResult:
     tried to write (a signal or another writer got there first): the stored row wins.
     ``failed`` is the error the run was failed with instead of the transition, when a
     layer in front of the database could not store it (a value too large once encoded).
+    ``claimed`` are the tasks handed to the worker (`Transition.claim`): the caller
+    must execute them (or release them) as it would claims of `Backend.claim_runs`.
     """
 
     ok: bool
     existing: tuple[Step, ...] = ()
     failed: dict[str, Any] | None = None
+    #: the tasks leased to the worker by the transition's `Transition.claim`
+    claimed: tuple[Claim, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

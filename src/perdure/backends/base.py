@@ -391,6 +391,15 @@ class Backend(abc.ABC):
           ``deadline_at`` (so a long backoff cannot outlive the deadline), lease
           cleared.
         * `Release`: lease cleared and claimable now, status ``waiting``, no wake reason.
+
+        Claim on complete: a transition with ``claim`` set that completes a DAG-flow
+        task then leases, in the same transaction, up to ``claim.limit`` of the tasks
+        that completion started (of the steps that became ready) whose (workflow,
+        version) is in ``claim.workflows`` to ``claim.worker_id``, exactly as
+        `claim_runs` does (new lease token, lease expiry, ``claimed`` event), and
+        returns them in ``TransitionResult.claimed``. The flow run's ``wake`` notice
+        is sent only if some of the tasks it started were not handed over. Any other
+        transition ignores ``claim``.
         """
 
     @abc.abstractmethod

@@ -85,16 +85,32 @@ class TaskExecution:
         outcome = await self._attempt(shape.timeout_of(self.step))
         if outcome is None:
             return PassResult("abandoned", reason=self._abandoned)
-        transition = Transition(self.claim.run.id, self._token, step_attempts=1, outcome=outcome)
+        # Claim on complete: the commit that completes the task may hand this worker
+        # tasks it starts (of the same flow run), saving their claim and wake-up.
+        # Only a single-task step with dependents asks: a leaf unlocks nothing, and of a
+        # map's many tasks only the last does (the claim loop takes what it unlocks).
+        unlocks = (
+            isinstance(outcome, Complete)
+            and not self.step.is_map
+            and bool(shape.dependents(self.step.name))
+        )
+        handoff = self.services.claim_on_complete() if unlocks else None
+        transition = Transition(
+            self.claim.run.id, self._token, step_attempts=1, outcome=outcome, claim=handoff
+        )
+        handed: tuple[Claim, ...] = ()
         try:
             result = await self.services.commit(transition)
+            handed = result.claimed
         except BackendError as exc:
             log.warning("task %s: could not commit its end (%s)", self.claim.run.id, exc)
             return PassResult("abandoned", reason="commit failed")
+        finally:
+            self.services.claimed(handoff, handed)
         if not result.ok:
             return PassResult("abandoned", reason="lease lost")
         if isinstance(outcome, Complete):
-            return PassResult("completed")
+            return PassResult("completed", handed_over=len(handed))
         if isinstance(outcome, Retry):
             self.services.on_park(outcome.wake_at)
             return PassResult("retrying", wake_at=outcome.wake_at, error=outcome.error)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..records import Transition, TransitionResult
+from ..records import Claim, ClaimParams, Transition, TransitionResult
 from ..telemetry.hooks import NOOP, TelemetryHooks
 
 #: Runs a transactional step's work in one transaction with its transition
@@ -38,6 +38,11 @@ class RunServices:
     telemetry: TelemetryHooks = NOOP
     #: Runs transactional steps (`Backend.transact`); None: they are not available.
     transact: Transact | None = None
+    #: Claim on complete: what a task's completing commit may claim (reserving the
+    #: worker's slots for it); None: nothing.
+    claim_on_complete: Callable[[], ClaimParams | None] = lambda: None
+    #: ... and, once that commit ended, starts the tasks it was handed.
+    claimed: Callable[[ClaimParams | None, Sequence[Claim]], None] = lambda _p, _c: None
 
 
 @dataclass(slots=True)
@@ -49,6 +54,8 @@ class PassResult:
     error: dict[str, Any] | None = field(default=None)
     #: why, in words, for the worker's log line (what a parked run waits for, ...)
     reason: str | None = None
+    #: how many tasks the pass's commit handed to the worker (claim on complete)
+    handed_over: int = 0
 
 
 class Execution(Protocol):

@@ -49,8 +49,9 @@ class ActiveRuns:
         self._runs[run_id] = _Active(execution, task)
 
     async def _execute(self, run_id: str, execution: Execution) -> None:
+        refilled = False  # its commit handed it tasks that took its slot: no wake-up
         try:
-            await execution.execute()
+            refilled = (await execution.execute()).handed_over > 0
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -59,7 +60,8 @@ class ActiveRuns:
             active = self._runs.get(run_id)
             if active is not None and active.execution is execution:
                 del self._runs[run_id]
-            self._on_end()
+            if not refilled:
+                self._on_end()
 
     def cancel(self, run_id: str, reason: str) -> None:
         """Stop one run's pass without writing anything more (if this worker runs it)."""

@@ -56,6 +56,7 @@ from ..telemetry.live import current as current_telemetry
 from ..validation import check_int
 from .active import ActiveRuns
 from .committer import Committer
+from .handoff import HandOffs
 from .startup import StoppedAtStart, until_reachable
 from .wakes import WakeTimes
 
@@ -320,6 +321,16 @@ class Worker:
         )
         settings = self._settings
         telemetry = current_telemetry()
+        handoffs = HandOffs(
+            self.id,
+            self._registry.task_pairs(self.patterns),
+            self.lease,
+            self.concurrency,
+            running=lambda: len(self._active),
+            start=lambda claim: self._start(claim, services),
+            wake=self._wake,
+            stopping=lambda: self._stopping,
+        )
         services = RunServices(
             commit=committer.submit,
             executor=executor,
@@ -332,6 +343,8 @@ class Worker:
             cancel=backend.cancel_run,
             telemetry=telemetry,
             transact=backend.transact,
+            claim_on_complete=handoffs.reserve,
+            claimed=handoffs.settle,
         )
         side_tasks = [
             asyncio.create_task(self._heartbeat_loop(backend), name="perdure-heartbeat"),
@@ -357,7 +370,7 @@ class Worker:
         )
         self._ready.set()
         try:
-            await self._claim_loop(backend, pairs, services)
+            await self._claim_loop(backend, pairs, services, handoffs)
         finally:
             await self._shutdown(backend, committer)
             for task in side_tasks:
@@ -390,14 +403,19 @@ class Worker:
         return endpoint
 
     async def _claim_loop(
-        self, backend: Backend, pairs: tuple[tuple[str, int], ...], services: RunServices
+        self,
+        backend: Backend,
+        pairs: tuple[tuple[str, int], ...],
+        services: RunServices,
+        handoffs: HandOffs,
     ) -> None:
         assert self._wakeup is not None
         poll = self._poll(backend)
         failures = 0
         while not self._stopping:
             self._wakeup.clear()
-            free = self.concurrency - len(self._active)
+            free = handoffs.free()  # slots neither running nor held by a commit in flight
+            handoffs.starved = free <= 0 < handoffs.reserved
             timeout = poll
             if free > 0:
                 try:
@@ -407,9 +425,13 @@ class Worker:
                     # would take its own runs back (their leases expired meanwhile).
                     if self._active.renewal_owed and not await self._renew(backend):
                         raise BackendError("the database is still unreachable")
-                    claims = await backend.claim_runs(
-                        ClaimParams(self.id, pairs, free, self.lease, self._limits)
-                    )
+                    handoffs.reserved += free  # while the claim is in flight
+                    try:
+                        claims = await backend.claim_runs(
+                            ClaimParams(self.id, pairs, free, self.lease, self._limits)
+                        )
+                    finally:
+                        handoffs.reserved -= free
                     failures = 0
                 except Exception as exc:  # a storage error, or a bug: never the worker's end
                     failures += 1
@@ -571,3 +593,5 @@ class Worker:
     async def _shutdown(self, backend: Backend, committer: Committer) -> None:
         await self._active.give_back(backend, wait=None if self._hard else self.shutdown_timeout)
         await committer.drain()
+        if len(self._active):  # tasks a late commit handed over (claim on complete)
+            await self._active.give_back(backend, wait=None)

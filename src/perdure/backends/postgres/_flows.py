@@ -10,12 +10,19 @@ from typing import Any
 
 from ...errors import ValidationError
 from ...flows.definition import FlowShape, StepShape
-from ...records import CreateResult, FlowTask, NewRun, Step
+from ...records import Claim, Complete, CreateResult, FlowTask, NewRun, Step, Transition
 from .._sqlfiles import load_queries
 from ._conn import PgConnections
-from ._convert import created_from_row, new_run_params
+from ._convert import claim_from_row, created_from_row, new_run_params
 
-__all__ = ["flow_steps", "get_flow", "register_flows", "start_flow"]
+__all__ = [
+    "claim_on_complete",
+    "claimed_on_complete",
+    "flow_steps",
+    "get_flow",
+    "register_flows",
+    "start_flow",
+]
 
 Q = load_queries(__package__, "flows.sql")
 
@@ -24,6 +31,30 @@ def _time(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(value)
+
+
+def claim_on_complete(t: Transition) -> tuple[str, str, dict[str, Any]] | None:
+    """Claim on complete (`Transition.claim`): the statements to send before and
+    after the transition's own, in its transaction, with their parameters; None for a
+    transition that claims nothing (no ``claim``, or no `Complete`)."""
+    claim = t.claim
+    if claim is None or not isinstance(t.outcome, Complete):
+        return None
+    params = {
+        "run_id": t.run_id,
+        "token": t.lease_token,
+        "workflows": [w for w, _ in claim.workflows],
+        "versions": [v for _, v in claim.workflows],
+        "worker": claim.worker_id,
+        "limit": max(0, int(claim.limit)),
+        "lease": float(claim.lease_seconds),
+    }
+    return Q["quiet_flow_wake"], Q["claim_on_complete"], params
+
+
+def claimed_on_complete(rows: list[Any]) -> tuple[Claim, ...]:
+    """The claims of a claim_on_complete answer (its all-NULL row is no claim)."""
+    return tuple(claim_from_row(row) for row in rows if row[0] is not None)
 
 
 async def get_flow(db: PgConnections, name: str, version: int | None) -> FlowShape | None:

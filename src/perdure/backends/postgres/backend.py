@@ -430,14 +430,20 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         missing: list[tuple[int, str]] = []
         async with self._db.connection() as conn:
             cursors = []
+            handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
             async with pipelined_transaction(conn):
-                for _, general, params in planned:
+                for index, general, params in planned:
                     query = (
                         QUERIES["apply_transition_general"]
                         if general
                         else QUERIES["apply_transition"]
                     )
+                    handoff = _flows.claim_on_complete(transitions[index])
+                    if handoff is not None:
+                        await conn.execute(handoff[0], handoff[2])
                     cursors.append(await conn.execute(query, params))
+                    if handoff is not None:
+                        handoffs[index] = await conn.execute(handoff[1], handoff[2])
             for (index, general, params), cur in zip(planned, cursors, strict=True):
                 row = await cur.fetchone()
                 ok = row is not None and (bool(row[0]) if general else True)
@@ -446,7 +452,11 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
                     continue
                 written = set((row[1] if general else row[0]) or ())
                 missing.extend((index, key) for key in params["keys"] if key not in written)
-                results[index] = TransitionResult(ok=True)
+                handed = handoffs.get(index)
+                claimed = (
+                    () if handed is None else _flows.claimed_on_complete(await handed.fetchall())
+                )
+                results[index] = TransitionResult(ok=True, claimed=claimed)
             if missing:
                 # Keys that already held a final row: the stored row wins. Final rows
                 # never change, so reading them after the commit is exact.
@@ -464,7 +474,9 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
                     if step is not None:
                         by_index.setdefault(index, []).append(step)
                 for index, steps in by_index.items():
-                    results[index] = TransitionResult(ok=True, existing=tuple(steps))
+                    results[index] = replace(
+                        results[index] or TransitionResult(ok=True), existing=tuple(steps)
+                    )
         return [r if r is not None else TransitionResult(ok=False) for r in results]
 
     async def transact(self, work: TransactionWork) -> TransitionResult:

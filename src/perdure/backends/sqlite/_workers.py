@@ -6,6 +6,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, get_args
 
@@ -26,13 +27,13 @@ from ...records import (
     StepWrite,
     Transition,
     TransitionResult,
-    Wait,
     WakeReason,
     WorkerInfo,
     waiting_data,
 )
-from ...serialization import Undecodable, brief_error
-from ._convert import INFINITY, micro, to_dt, to_run, to_step, to_ts, to_ts_opt, to_wait
+from ...serialization import brief_error
+from ._claims import claim_on_complete, lease_picked, pairs_json
+from ._convert import INFINITY, micro, to_dt, to_ts, to_ts_opt
 from ._flows import child_ended
 from ._operations import retry_in
 from ._rows import (
@@ -54,17 +55,13 @@ _WAKE_REASONS = frozenset(get_args(WakeReason))
 _OUTCOMES = (Park, Complete, Fail, Retry, Release)
 
 
-def _pairs_json(pairs: Sequence[tuple[str, int]]) -> str:
-    return json.dumps([[name, version] for name, version in pairs])
-
-
 # --------------------------------------------------------------------------- claim
 
 
 def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
     if params.limit <= 0 or not params.workflows:
         return []
-    pairs = _pairs_json(params.workflows)
+    pairs = pairs_json(params.workflows)
     select = QUERIES["claim_select"]
     extra: dict[str, Any] = {}
     if params.limits:
@@ -87,64 +84,7 @@ def claim_runs(s: Session, params: ClaimParams) -> list[Claim]:
         picked = s.all(select, {"now": now, "pairs": pairs, "limit": params.limit, **extra})
         if not picked:
             return []
-        ids_json = json.dumps([row["id"] for row in picked])
-        expires = micro(now + params.lease_seconds)
-        claimed = {
-            row["id"]: row
-            for row in s.all(
-                QUERIES["claim_update"],
-                {
-                    "ids": ids_json,
-                    "pairs": pairs,
-                    "worker": params.worker_id,
-                    "expires": expires,
-                    "now": now,
-                },
-            )
-        }
-        events: list[dict[str, Any]] = []
-        for row in picked:
-            run_id = row["id"]
-            if row["status"] == "running":
-                data = json.dumps({"worker": row["lease_owner"]})
-                events.append({"run_id": run_id, "type": "lease_expired", "data": data, "now": now})
-            data = json.dumps(
-                {"worker": params.worker_id, "lease_token": claimed[run_id]["lease_token"]}
-            )
-            events.append({"run_id": run_id, "type": "claimed", "data": data, "now": now})
-        s.conn.executemany(QUERIES["insert_event"], events)
-        journals: dict[str, list[Step]] = {}
-        for step in s.all(QUERIES["claim_journals"], {"ids": ids_json}):
-            journals.setdefault(step["run_id"], []).append(to_step(step))
-        waits: dict[str, list[Wait]] = {}
-        for wait in s.all(QUERIES["claim_waits"], {"ids": ids_json}):
-            waits.setdefault(wait["run_id"], []).append(to_wait(wait))
-    at = to_dt(now)
-    claims = []
-    for row in picked:
-        run_id = row["id"]
-        run = claimed[run_id]
-        record = to_run(run)
-        journal = tuple(journals.get(run_id, ()))
-        run_waits = tuple(waits.get(run_id, ()))
-        values = [record.input, *(v for st in journal for v in (st.output, st.error))]
-        values += [w.match for w in run_waits]
-        poison = next((v for v in values if isinstance(v, Undecodable)), None)
-        claims.append(
-            Claim(
-                run=record,
-                lease_token=run["lease_token"],
-                journal=() if poison else journal,
-                waits=() if poison else run_waits,
-                now=at,
-                claims_since_progress=run["claims_since_progress"],
-                step_attempts=run["step_attempts"],
-                recovered=row["status"] == "running",
-                poison=None if poison is None else str(poison),
-                traceparent=run["traceparent"],
-            )
-        )
-    return claims
+        return lease_picked(s, picked, params, pairs, now)
 
 
 def extend_leases(
@@ -210,6 +150,8 @@ def apply(s: Session, transitions: Sequence[Transition]) -> list[TransitionResul
             s.conn.execute("SAVEPOINT transition")
             try:
                 result = _apply_one(s, t, now)
+                if result.ok and t.claim is not None:
+                    result = replace(result, claimed=claim_on_complete(s, t, now))
             except sqlite3.Error as exc:
                 s.notices = outer
                 if is_busy(exc):
@@ -436,7 +378,7 @@ def defer_unavailable(s: Session, params: DeferParams) -> list[str]:
     if params.limit <= 0 or not params.workflows:
         return []
     names = json.dumps(sorted({name for name, _ in params.workflows}))
-    query = {"names": names, "pairs": _pairs_json(params.workflows), "limit": params.limit}
+    query = {"names": names, "pairs": pairs_json(params.workflows), "limit": params.limit}
     if (
         s.one(QUERIES["defer_select"], {**query, "cutoff": s.clock() - params.grace_seconds})
         is None

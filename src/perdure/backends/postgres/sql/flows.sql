@@ -55,3 +55,86 @@ SELECT st.step, st.status, st.output, st.error, st.started_at, st.completed_at,
 FROM flow_states st
 WHERE st.run_id = %(run_id)s::text
 ORDER BY st.step_index
+
+-- name: quiet_flow_wake
+-- Claim on complete (before the transition that completes the task): the flow run of
+-- task %(run_id)s sends no wake notice for the tasks it starts in this transaction
+-- (flow_advance() reads the setting); claim_on_complete decides and resets it.
+SELECT set_config('perdure.claim_on_complete',
+                  coalesce((SELECT parent_id FROM runs WHERE id = %(run_id)s::text), ''), true)
+
+-- name: claim_on_complete
+-- Claim on complete (after the transition): if it completed task %(run_id)s under
+-- %(token)s in this transaction, lease up to %(limit)s of the tasks of the same flow
+-- run that this transaction started, of the served pairs, to the worker, exactly as
+-- claim_runs does, and send the flow run's wake notice if any of them remain. Always one row at least
+-- (all NULL when nothing was claimed), so the notice and the reset always happen.
+WITH ended AS (
+    SELECT t.parent_id AS flow_id
+    FROM runs t
+    WHERE t.id = %(run_id)s::text AND t.lease_token = %(token)s::bigint
+      AND t.kind = 'task' AND t.status = 'completed' AND t.completed_at = perdure_now()
+),
+served AS (
+    SELECT p.workflow, p.version
+    FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
+),
+due AS (
+    SELECT r.id, r.status, r.lease_owner
+    FROM runs r
+    WHERE r.parent_id = (SELECT e.flow_id FROM ended e)
+      AND r.kind = 'task' AND r.status = 'pending'
+      AND r.created_at = perdure_now()  -- started by this transaction
+      AND r.available_at <= perdure_now()
+      AND (r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+    ORDER BY r.priority, r.available_at, r.id
+    LIMIT %(limit)s::integer
+    FOR UPDATE OF r SKIP LOCKED
+),
+claimed AS (
+    UPDATE runs AS r SET
+        status = 'running',
+        -- as claim_runs: never a token handed out before (docs/storage.md)
+        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+        lease_owner = %(worker)s::text,
+        lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
+        started_at = coalesce(r.started_at, perdure_now()),
+        wake_reason = NULL,
+        claims_since_progress = r.claims_since_progress + 1,
+        updated_at = perdure_now()
+    FROM due
+    WHERE r.id = due.id
+    RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
+),
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT c.id, 'lease_expired', jsonb_build_object('worker', c.previous_owner)
+    FROM claimed c
+    WHERE c.previous_status = 'running'
+    UNION ALL
+    SELECT c.id, 'claimed',
+           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
+    FROM claimed c
+),
+woken AS (
+    SELECT set_config('perdure.claim_on_complete', '', true) AS reset,
+           CASE WHEN EXISTS (
+                    SELECT 1 FROM runs r
+                    WHERE r.parent_id = (SELECT e.flow_id FROM ended e)
+                      AND r.kind = 'task' AND r.status = 'pending'
+                      AND r.created_at = perdure_now()
+                      AND r.id NOT IN (SELECT d.id FROM due d))
+                THEN send_notice('w', (SELECT e.flow_id FROM ended e)) END AS woke
+)
+SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
+       c.updated_at, c.parent_step,
+       c.lease_token, c.claims_since_progress, c.step_attempts,
+       c.previous_status = 'running', perdure_now(),
+       NULL::json, NULL::json,  -- a task just started has no journal and no waits
+       c.traceparent
+FROM woken w
+LEFT JOIN claimed c ON true
+ORDER BY c.priority, c.id

@@ -116,3 +116,27 @@ WHERE id = :id AND status = 'running'
 -- name: flow_run_row
 -- What advancing a flow run needs of its row.
 SELECT id, input, priority, retention_days FROM runs WHERE id = :id
+
+-- name: completed_task
+-- Claim on complete: the task a transition just completed under this token (its flow run).
+SELECT parent_id FROM runs
+WHERE id = :id AND lease_token = :token AND kind = 'task' AND status = 'completed'
+
+-- name: claim_select_tasks
+-- Claim on complete: the tasks of one flow run started by this transaction (at :now),
+-- of the JSON list's pairs.
+SELECT id, status, lease_owner
+FROM runs
+WHERE parent_id = :parent_id AND kind = 'task' AND status = 'pending'
+    AND created_at = :now AND available_at <= :now
+    AND (workflow, version) IN (
+        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+        FROM json_each(:pairs))
+ORDER BY priority, available_at, id
+LIMIT :limit
+
+-- name: pending_tasks_left
+-- Claim on complete: is a task this transaction started (at :now) still unclaimed?
+SELECT 1 FROM runs
+WHERE parent_id = :parent_id AND kind = 'task' AND status = 'pending' AND created_at = :now
+LIMIT 1

@@ -92,8 +92,12 @@ BEGIN
             v_inserted := true;
         END LOOP;
     END LOOP;
-    IF v_inserted THEN
-        PERFORM send_notice('w', p_run_id);  -- workers claim by polling or on any wake
+    -- Workers claim by polling or on any wake; a worker that claims on complete (it
+    -- completed a task of this run in this transaction) sends the wake only if tasks
+    -- it did not take remain (claim_on_complete in flows.sql).
+    IF v_inserted AND current_setting('perdure.claim_on_complete', true)
+                      IS DISTINCT FROM p_run_id THEN
+        PERFORM send_notice('w', p_run_id);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM flow_states WHERE run_id = p_run_id AND status <> 'completed')
     THEN
