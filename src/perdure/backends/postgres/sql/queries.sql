@@ -330,16 +330,7 @@ claimed AS (
     UPDATE runs AS r SET
         status = 'running',
         version = due.version,
-        -- Never a token handed out before, even by a claim a crash undid (claims
-        -- commit without waiting for their WAL flush): see docs/storage.md.
-        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
-        lease_owner = %(worker)s::text,
-        lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
-        available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
-        started_at = coalesce(r.started_at, perdure_now()),
-        wake_reason = NULL,
-        claims_since_progress = r.claims_since_progress + 1,
-        updated_at = perdure_now()
+        {{_new_lease}}
     FROM due
     WHERE r.id = due.id
     RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
@@ -678,7 +669,19 @@ claimed AS (
     UPDATE runs AS r SET
         status = 'running',
         version = due.version,
-        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+        {{_new_lease}}
+    FROM due
+    WHERE r.id = due.id
+      AND r.id = ANY(ARRAY(SELECT d.id FROM due d))  -- by primary key, whatever the plan
+    RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
+),
+{{_claim_end}}
+
+-- name: _new_lease
+-- (a part) The columns both claims set on a run they lease to %(worker)s for %(lease)s
+-- seconds. The token is never one handed out before, even by a claim a crash undid
+-- (claims commit without waiting for their WAL flush): see docs/storage.md.
+lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
         lease_owner = %(worker)s::text,
         lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
         available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
@@ -686,12 +689,6 @@ claimed AS (
         wake_reason = NULL,
         claims_since_progress = r.claims_since_progress + 1,
         updated_at = perdure_now()
-    FROM due
-    WHERE r.id = due.id
-      AND r.id = ANY(ARRAY(SELECT d.id FROM due d))  -- by primary key, whatever the plan
-    RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
-),
-{{_claim_end}}
 
 -- name: _claim_end
 -- (a part) The end of both claims, after their "claimed" CTE: log lease_expired and
