@@ -4,6 +4,7 @@ methods, each with its sync twin)."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -11,10 +12,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ._client import ClientBase, fetch_run
+from ._run_ends import RunEnd, run_ends
 from .backends.base import Backend
 from .context import VALUE_PREFIX
 from .durations import Duration, to_seconds
-from .errors import PerdureError, ValidationError
+from .errors import PerdureError, ValidationError, WorkflowCancelled, WorkflowFailed
 from .flows.definition import FlowShape
 from .ids import new_worker_id
 from .names import WorkflowRef, validate_workflow_name, workflow_name
@@ -183,6 +185,66 @@ class Reads(ClientBase):
     def get_values(self, run_id: str) -> dict[str, Any]:
         """The values the run set; see `get_values_async`."""
         return self._portal.call(self.get_values_async, run_id)
+
+    async def result_async(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its output.
+
+        Raises:
+            WorkflowFailed: the run failed (``.error`` holds the cause).
+            WorkflowCancelled: the run was cancelled.
+            TimeoutError: ``timeout`` seconds passed first (the run goes on).
+            RunNotFound: no such run.
+        """
+        limit = None if timeout is None else to_seconds(timeout, what="timeout")
+        backend = await self._backend()
+        loop = asyncio.get_running_loop()
+        ended = asyncio.Event()
+
+        def on_notice(notice: Notice) -> None:
+            if notice.kind == "done" and notice.run_id in (run_id, None):
+                ended.set()
+
+        handed: list[RunEnd] = []
+
+        def on_outcome(outcome: RunEnd) -> None:
+            handed.append(outcome)
+            ended.set()
+
+        stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
+        unsubscribe = await backend.listen(on_notice)  # any process
+        poll = 0.1 if backend.dialect == "sqlite" else 1.0
+        give_up = None if limit is None else loop.time() + limit
+        try:
+            while True:
+                if handed:
+                    status, output, error = handed[0]
+                else:
+                    run = await fetch_run(backend, run_id)
+                    status, output, error = run.status, run.output, run.error
+                if status == "completed":
+                    return output
+                if status == "failed":
+                    raise WorkflowFailed(run_id, error)
+                if status == "cancelled":
+                    raise WorkflowCancelled(run_id)
+                wait = poll
+                if give_up is not None:
+                    remaining = give_up - loop.time()
+                    if remaining <= 0:
+                        raise TimeoutError(f"run {run_id} did not end within {limit:g}s")
+                    wait = min(wait, remaining)
+                try:
+                    await asyncio.wait_for(ended.wait(), wait)
+                except builtins.TimeoutError:
+                    pass
+                ended.clear()
+        finally:
+            stop_listening()
+            await unsubscribe()
+
+    def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its output; see `result_async`."""
+        return self._portal.call(self.result_async, run_id, timeout)
 
     async def watch_async(self, run_id: str) -> AsyncIterator[Event]:
         """The run's history so far, then each new event as it happens, ending after

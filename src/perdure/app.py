@@ -11,19 +11,15 @@ The SQLite backend works from any loop and is shared. `App.close` closes them al
 
 from __future__ import annotations
 
-import asyncio
-import builtins
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
-from ._client import fetch_run
 from ._connections import Connections
 from ._portal import Portal
 from ._recovery import Recovery
-from ._run_ends import RunEnd, run_ends
 from ._schedule_client import ScheduleClient
 from ._steering import Steering
 from .backends.base import Backend
@@ -31,10 +27,7 @@ from .codec import Codec, check_codec
 from .durations import Duration, to_seconds
 from .errors import (
     ConfigurationError,
-    TimeoutError,
     ValidationError,
-    WorkflowCancelled,
-    WorkflowFailed,
 )
 from .flows.definition import FlowShape
 from .flows.dsl import Flow
@@ -44,7 +37,6 @@ from .limits import KeyFn, flow_control
 from .names import WorkflowRef, workflow_name
 from .records import (
     NewRun,
-    Notice,
 )
 from .redaction import Redaction
 from .retry import RetryPolicy
@@ -524,67 +516,7 @@ class App(Recovery, Steering, ScheduleClient):
         """Start a run and wait for its output; see `run_async`."""
         return self._portal.call(self.run_async, workflow, input, timeout=timeout, **start_options)
 
-    # ------------------------------------------------------------------ watching runs
-
-    async def result_async(self, run_id: str, timeout: float | None = None) -> Any:
-        """Wait for the run to end and return its output.
-
-        Raises:
-            WorkflowFailed: the run failed (``.error`` holds the cause).
-            WorkflowCancelled: the run was cancelled.
-            TimeoutError: ``timeout`` seconds passed first (the run goes on).
-            RunNotFound: no such run.
-        """
-        limit = None if timeout is None else to_seconds(timeout, what="timeout")
-        backend = await self._backend()
-        loop = asyncio.get_running_loop()
-        ended = asyncio.Event()
-
-        def on_notice(notice: Notice) -> None:
-            if notice.kind == "done" and notice.run_id in (run_id, None):
-                ended.set()
-
-        handed: list[RunEnd] = []
-
-        def on_outcome(outcome: RunEnd) -> None:
-            handed.append(outcome)
-            ended.set()
-
-        stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
-        unsubscribe = await backend.listen(on_notice)  # any process
-        poll = 0.1 if backend.dialect == "sqlite" else 1.0
-        give_up = None if limit is None else loop.time() + limit
-        try:
-            while True:
-                if handed:
-                    status, output, error = handed[0]
-                else:
-                    run = await fetch_run(backend, run_id)
-                    status, output, error = run.status, run.output, run.error
-                if status == "completed":
-                    return output
-                if status == "failed":
-                    raise WorkflowFailed(run_id, error)
-                if status == "cancelled":
-                    raise WorkflowCancelled(run_id)
-                wait = poll
-                if give_up is not None:
-                    remaining = give_up - loop.time()
-                    if remaining <= 0:
-                        raise TimeoutError(f"run {run_id} did not end within {limit:g}s")
-                    wait = min(wait, remaining)
-                try:
-                    await asyncio.wait_for(ended.wait(), wait)
-                except builtins.TimeoutError:
-                    pass
-                ended.clear()
-        finally:
-            stop_listening()
-            await unsubscribe()
-
-    def result(self, run_id: str, timeout: float | None = None) -> Any:
-        """Wait for the run to end and return its output; see `result_async`."""
-        return self._portal.call(self.result_async, run_id, timeout)
+    # ------------------------------------------------------------------ schema
 
     async def migrate_async(self) -> int:
         """Apply pending schema migrations; returns the schema version."""

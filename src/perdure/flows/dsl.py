@@ -173,21 +173,8 @@ class Flow:
         ``{"run": <run input>, <dependency>: <its output>, ...}``. ``depends_on`` takes
         step functions or names, defined before this step. The options override the
         flow's for this step."""
-        deps = self._deps(depends_on)
-
-        def register(handler: H) -> H:
-            step = make_step(
-                _handler_name(handler, name),
-                deps,
-                max_attempts=max_attempts,
-                base_delay=base_delay,
-                timeout=timeout,
-            )
-            self._add(step, _checked(handler, step.name))
-            handler.__perdure_step__ = step.name  # type: ignore[attr-defined]
-            return handler
-
-        return register(fn) if fn is not None else register
+        options = {"max_attempts": max_attempts, "base_delay": base_delay, "timeout": timeout}
+        return self._decorate(fn, name, self._deps(depends_on), None, options)
 
     @overload
     def map(
@@ -232,18 +219,21 @@ class Flow:
         which must be a list: one task per element, ``async def handler(ctx, item)``;
         the step's output is the list of their outputs in element order (``[]`` at once
         for an empty list). A non-list fails the run with an error naming the step."""
-        source = _step_name(over)
-        deps = self._deps(depends_on)
+        options = {"max_attempts": max_attempts, "base_delay": base_delay, "timeout": timeout}
+        return self._decorate(fn, name, self._deps(depends_on), _step_name(over), options)
+
+    def _decorate(
+        self,
+        fn: Any,
+        name: str | None,
+        deps: list[str],
+        map_over: str | None,
+        options: dict[str, Any],
+    ) -> Any:
+        """The decorator of `step` and `map` (applied at once when ``fn`` is given)."""
 
         def register(handler: H) -> H:
-            step = make_step(
-                _handler_name(handler, name),
-                deps,
-                map_over=source,
-                max_attempts=max_attempts,
-                base_delay=base_delay,
-                timeout=timeout,
-            )
+            step = make_step(_handler_name(handler, name), deps, map_over=map_over, **options)
             self._add(step, _checked(handler, step.name))
             handler.__perdure_step__ = step.name  # type: ignore[attr-defined]
             return handler
