@@ -29,21 +29,19 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .._logging import quiet_repeats
 from ..backends.base import Backend
-from ..durations import Duration, to_seconds
+from ..durations import Duration
 from ..engine.flow_task import TaskExecution
 from ..engine.run_log import log_run
 from ..engine.runner import Runner
 from ..engine.services import RunServices
 from ..engine.suspend import engine_error
-from ..errors import BackendError, ConfigurationError, PoisonRun, ValidationError
+from ..errors import BackendError, ConfigurationError, PoisonRun
 from ..ids import new_worker_id
 from ..limits import claim_limits
 from ..maintenance import fire_schedules_forever, sweep_forever, sweep_once
-from ..names import validate_pattern
 from ..records import (
     Claim,
     ClaimParams,
-    DeferParams,
     Fail,
     Notice,
     Transition,
@@ -51,12 +49,12 @@ from ..records import (
     WorkflowLimits,
 )
 from ..telemetry.endpoint import MetricsEndpoint
-from ..telemetry.exposition import require as require_metrics
 from ..telemetry.live import current as current_telemetry
-from ..validation import check_int
 from .active import ActiveRuns
 from .committer import Committer
 from .handoff import HandOffs
+from .idle import defer_unavailable, time_to_next_wake
+from .options import check_options
 from .startup import StoppedAtStart, until_reachable
 from .wakes import WakeTimes
 
@@ -109,44 +107,27 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
     ) -> None:
-        check_int(concurrency, "concurrency", minimum=1)
-        if metrics_port is not None:
-            check_int(metrics_port, "metrics_port", minimum=0)
-            if metrics_port > 65535:
-                raise ValidationError(f"metrics_port must be at most 65535, got {metrics_port}")
-            if not isinstance(metrics_host, str) or not metrics_host:
-                raise ValidationError(f"metrics_host must be an address, got {metrics_host!r:.80}")
-            require_metrics()  # a clear error now, not at the first scrape
-        self._metrics_at = None if metrics_port is None else (metrics_host, metrics_port)
+        options = check_options(
+            concurrency=concurrency,
+            workflows=workflows,
+            lease=lease,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )
+        self._metrics_at = options.metrics_at
         #: the port the metrics endpoint listens on, once the worker serves
         self.metrics_port: int | None = None
-        if isinstance(workflows, str):
-            workflows = [workflows]
         self._registry = registry
         self._connections = connections
         self._settings = settings
         self.id = new_worker_id()
-        self.concurrency = concurrency
-        self.patterns = (
-            None
-            if workflows is None
-            else tuple(validate_pattern(p, what="workflow pattern") for p in workflows)
-        )
-        self.lease = to_seconds(lease, what="lease")
-        if self.lease < 0.1:
-            raise ValidationError(f"lease must be at least 100ms, got {lease!r}")
-        self._poll_interval = (
-            None if poll_interval is None else to_seconds(poll_interval, what="poll_interval")
-        )
-        if self._poll_interval is not None and not 0 < self._poll_interval <= 3600:
-            raise ValidationError(
-                f"poll_interval must be more than 0 and at most an hour, got {poll_interval!r}"
-            )
-        self.shutdown_timeout = (
-            self.lease
-            if shutdown_timeout is None
-            else to_seconds(shutdown_timeout, what="shutdown_timeout")
-        )
+        self.concurrency = options.concurrency
+        self.patterns = options.patterns
+        self.lease = options.lease
+        self._poll_interval = options.poll_interval
+        self.shutdown_timeout = options.shutdown_timeout
         self._active = ActiveRuns(on_end=self._wake)
         self._own_loop = False  # run() and `with worker:` run in a loop of their own
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -448,8 +429,13 @@ class Worker:
                 if len(claims) == free:
                     continue  # there may be more; loop and wait for a slot
                 if not claims:
-                    await self._defer_unavailable(backend, pairs)
-                timeout = await self._time_to_next_wake(backend, pairs, poll, ask=not claims)
+                    now = time.monotonic()
+                    if now - self._deferred_at >= self.unavailable_grace:  # throttled
+                        self._deferred_at = now
+                        await defer_unavailable(backend, self.id, pairs, self.unavailable_grace)
+                timeout = await time_to_next_wake(
+                    backend, pairs, poll, self._db_now(), self._wakes, ask=not claims
+                )
                 if self._limits:  # a run a limit holds back is due: no busy loop on it
                     timeout = max(timeout, min(poll, 0.25))
             await self._sleep(timeout)
@@ -465,24 +451,6 @@ class Worker:
                 released,
             )
 
-    async def _time_to_next_wake(
-        self, backend: Backend, pairs: tuple[tuple[str, int], ...], poll: float, *, ask: bool
-    ) -> float:
-        """Seconds until the earliest wake time known: this worker's own parks, and
-        (when idle, ``ask``) the database's earliest due run, capped by the poll interval."""
-        known = None
-        if ask:
-            try:
-                known = await backend.next_wake_at(pairs)
-            except BackendError:
-                known = None
-        now = self._db_now()
-        candidates = [t for t in (known, self._wakes.earliest(now)) if t is not None]
-        if not candidates:
-            return poll
-        delay = (min(candidates) - now).total_seconds()
-        return max(0.001, min(poll, delay))
-
     async def _sleep(self, timeout: float) -> None:
         assert self._wakeup is not None
         if timeout <= 0 or self._wakeup.is_set():
@@ -491,30 +459,6 @@ class Worker:
             await asyncio.wait_for(self._wakeup.wait(), timeout)
         except TimeoutError:
             pass
-
-    async def _defer_unavailable(
-        self, backend: Backend, pairs: tuple[tuple[str, int], ...]
-    ) -> None:
-        """When idle, park runs of our workflow names whose version we lack (and that no
-        worker with it took within the grace period): they wait with a backoff and a
-        ``version_unavailable`` event, and are never failed for it. Throttled."""
-        now = time.monotonic()
-        if now - self._deferred_at < self.unavailable_grace:
-            return
-        self._deferred_at = now
-        try:
-            deferred = await backend.defer_unavailable(
-                DeferParams(self.id, pairs, grace_seconds=self.unavailable_grace)
-            )
-        except BackendError as exc:
-            log.warning("could not check for runs of unavailable versions: %s", exc)
-            return
-        if deferred:
-            log.warning(
-                "%d run(s) of versions no live worker has are waiting: %s",
-                len(deferred),
-                ", ".join(deferred[:5]),
-            )
 
     def _note_wake(self, when: datetime | None) -> None:
         if when is not None and self._wakes.add(when) and self._wakeup is not None:
