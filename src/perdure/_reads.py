@@ -17,6 +17,7 @@ from .backends.base import Backend
 from .context import VALUE_PREFIX
 from .durations import Duration, to_seconds
 from .errors import PerdureError, ValidationError, WorkflowCancelled, WorkflowFailed
+from .errors import TimeoutError as ResultTimeout  # perdure's (also a builtin TimeoutError)
 from .flows.definition import FlowShape
 from .ids import new_worker_id
 from .names import WorkflowRef, validate_workflow_name, workflow_name
@@ -231,7 +232,7 @@ class Reads(ClientBase):
                 if give_up is not None:
                     remaining = give_up - loop.time()
                     if remaining <= 0:
-                        raise TimeoutError(f"run {run_id} did not end within {limit:g}s")
+                        raise ResultTimeout(f"run {run_id} did not end within {limit:g}s")
                     wait = min(wait, remaining)
                 try:
                     await asyncio.wait_for(ended.wait(), wait)
