@@ -249,7 +249,7 @@ def flow_map(bench: Bench, pid: int, size: int) -> dict[str, Any]:
     handle = bench.app.start("fanout", list(range(size)))
     samples = [before]
     deadline = time.monotonic() + 600
-    while bench.app.get_run(handle.id).status != "completed":  # type: ignore[union-attr]
+    while bench.app.get_run(handle.id).status != "completed":
         samples.append(proc_status(pid)["VmRSS"])
         if time.monotonic() > deadline:
             raise SystemExit("timed out waiting for the flow map")
