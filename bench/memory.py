@@ -347,7 +347,7 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"  flow map of {flow['elements']:,} ({when}): RSS before "
             f"{flow['rss_kb_before'] / 1024:.1f} MiB, peak {flow['peak_rss_kb'] / 1024:.1f} MiB "
-            f"(+{flow['peak_over_before_kb'] / 1024:.1f})"
+            f"({flow['peak_over_before_kb'] / 1024:+.1f})"
         )
     return "\n".join(lines)
 
