@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import runpy
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -130,7 +131,7 @@ class Bench:
         self.conn: Any = (
             psycopg.connect(self.url, autocommit=True)
             if dialect == "pg"
-            else __import__("sqlite3").connect(self.path, isolation_level=None)
+            else sqlite3.connect(self.path, isolation_level=None)
         )
         self.next_input = 0
 
