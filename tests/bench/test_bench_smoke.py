@@ -44,3 +44,16 @@ def test_the_flow_workloads_run_on_sqlite(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert {"w1_steps_per_s", "f1_tasks_per_s", "f2_tasks_per_s", "task_over_step"} <= set(report)
+
+
+def test_the_memory_bench_runs_on_sqlite(tmp_path: Path) -> None:
+    out = tmp_path / "memory.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "memory.py"), "--dialect", "sqlite", "--quick",
+         "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert {"runs", "parked", "flow_map_fresh", "flow_map_after_runs"} <= set(report)
+    assert set(report["parked"]) == {"nap", "waiter"}
