@@ -303,3 +303,17 @@ def test_a_flow_started_from_sql_gives_keyed_steps_the_one_lane(postgres_databas
             assert app.result(run_id, timeout=30) == {"each": [1, 2], "once": "ok"}
     finally:
         app.close()
+
+
+def test_a_limited_steps_shape_round_trips_and_knows_its_keyless_keys() -> None:
+    from perdure.flows.definition import FlowShape, StepShape
+
+    limited = StepShape("s", concurrency=2, rate_limit=5, rate_period=1.0, rate_keyed=True)
+    fifo = StepShape("f", fifo=True)
+    plain = StepShape("p")
+    shape = FlowShape("shaped", steps=(limited, fifo, plain))
+    assert FlowShape.from_dict(shape.to_dict()) == shape
+    assert [s.limited for s in shape.steps] == [True, True, False]
+    assert limited.keyless() == ("", None, "")
+    assert fifo.keyless() == ("", None, None)
+    assert plain.keyless() == (None, None, None)
