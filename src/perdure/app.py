@@ -435,6 +435,9 @@ class App(Recovery, Steering, ScheduleClient):
                 f"{name!r} is a DAG flow, whose runs start at once: delay, run_at, deadline "
                 "and debounce are for workflows"
             )
+        local_flow = None if flow is None else self._registry.flow(flow.name, flow.version)
+        if local_flow is not None:  # its limited steps' task keys, from this input
+            new = replace(new, step_keys=local_flow.step_keys(input_json))
         if flow is None and (debounce_key is not None or debounce is not None or registered):
             definition = self._registry.get(name, resolved_version)
             limits = None if definition is None else definition.limits

@@ -105,8 +105,9 @@ class Limits:
         rate_limit_key: KeyFn | None = None,
         fifo_key: KeyFn | None = None,
     ) -> Limits:
-        """Validate the decorator's options; a bad combination is a `ConfigurationError`."""
-        what = f"workflow {workflow!r}"
+        """Validate the decorator's options; a bad combination is a `ConfigurationError`.
+        ``workflow`` is the workflow's name, or a flow step's task name (``flow:step``)."""
+        what = _label(workflow)
         if concurrency is not None:
             check_int(concurrency, f"{what}: concurrency", minimum=1, error=ConfigurationError)
         if key_concurrency is not None:
@@ -174,23 +175,29 @@ class Limits:
 NO_LIMITS = Limits()
 
 
+def _label(workflow: str) -> str:
+    """How messages name a workflow, or a flow step by its task name ``flow:step`` (a
+    colon never occurs in a workflow name)."""
+    flow, colon, step = workflow.partition(":")
+    return f"step {step!r} of flow {flow!r}" if colon else f"workflow {workflow!r}"
+
+
 def _key(workflow: str, what: str, fn: KeyFn | None, value: Any) -> str | None:
     if fn is None:
         return None
+    label = _label(workflow)
     try:
         key = fn(value)
     except Exception as exc:
         raise ValidationError(
-            f"workflow {workflow!r}: {what} failed on the input: {type(exc).__name__}: {exc}"
+            f"{label}: {what} failed on the input: {type(exc).__name__}: {exc}"
         ) from exc
     if isinstance(key, bool) or not isinstance(key, str | int):
-        raise ValidationError(
-            f"workflow {workflow!r}: {what} must return a str or int, got {key!r:.80}"
-        )
+        raise ValidationError(f"{label}: {what} must return a str or int, got {key!r:.80}")
     text = str(key)
     if not 1 <= len(text) <= MAX_KEY_LENGTH or "\x00" in text:
         raise ValidationError(
-            f"workflow {workflow!r}: {what} must be 1-{MAX_KEY_LENGTH} characters, got {text!r:.80}"
+            f"{label}: {what} must be 1-{MAX_KEY_LENGTH} characters, got {text!r:.80}"
         )
     return text
 

@@ -206,6 +206,10 @@ class NewRun:
     rate_key: str | None = None
     debounce_key: str | None = None
     debounce: float | None = None
+    #: a flow run's task keys, one (step, lane, FIFO key, rate key) per limited step
+    #: whose key functions ran at start (`Backend.start_flow`; the others' tasks take
+    #: `StepShape.keyless`)
+    step_keys: tuple[tuple[str, str | None, str | None, str | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import Duration, to_seconds
 from .errors import ConfigurationError, ValidationError
+from .flows.definition import task_workflow
 from .limits import NO_LIMITS, KeyFn, Limits
 from .names import glob_matches, validate_pattern, validate_workflow_name
 from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
@@ -211,6 +212,18 @@ class Registry:
             for flow in self.flows()
             if pats is None or any(glob_matches(p, flow.name) for p in pats)
             for task_name in flow.task_workflows()
+        ]
+
+    def task_limits(self, patterns: Iterable[str] | None) -> list[tuple[str, Limits]]:
+        """(``flow:step``, limits) of every limited step with a handler, of the flows
+        whose name matches a glob in ``patterns`` (all when None), lowest version first
+        (`claim_limits` keeps the last: the highest version's)."""
+        pats = None if patterns is None else list(patterns)
+        return [
+            (task_workflow(flow.name, step), limits)
+            for flow in self.flows()
+            if pats is None or any(glob_matches(p, flow.name) for p in pats)
+            for step, limits in flow.limits.items()
         ]
 
     def add(self, definition: WorkflowDefinition) -> None:

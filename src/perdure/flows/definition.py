@@ -63,6 +63,10 @@ class StepShape:
         map_over: None for a single task; ``"run"`` or a dependency's name for a map
             step (one task per element of that list).
         max_attempts / base_delay / timeout: per-step overrides (None: the flow's).
+        concurrency / key_concurrency / rate_limit / rate_period: the step's flow-control
+            limits (see `perdure.limits`; None: not limited that way); ``rate_keyed``
+            and ``fifo`` say whether it has a rate-limit key and a FIFO key function
+            (the functions themselves are code, not shape: see `perdure.flows.dsl.Flow`).
     """
 
     name: str
@@ -71,11 +75,36 @@ class StepShape:
     max_attempts: int | None = None
     base_delay: float | None = None
     timeout: float | None = None
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    rate_keyed: bool = False
+    fifo: bool = False
 
     @property
     def is_map(self) -> bool:
         """True for a map step."""
         return self.map_over is not None
+
+    @property
+    def limited(self) -> bool:
+        """True if the step declares any flow-control limit (its tasks carry a lane)."""
+        return (
+            self.concurrency is not None
+            or self.key_concurrency is not None
+            or self.rate_limit is not None
+            or self.fifo
+        )
+
+    def keyless(self) -> tuple[str | None, str | None, str | None]:
+        """The (lane, FIFO key, rate key) of the step's tasks in a run started without
+        its key functions (from SQL, or by a process without the flow's code): the
+        step's one lane ``''`` under its step-wide limits, no FIFO key; all None for
+        a step without limits."""
+        if not self.limited:
+            return (None, None, None)
+        return ("", None, "" if self.rate_limit is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
         """The step as JSON data (the stored and compared form)."""
@@ -86,6 +115,12 @@ class StepShape:
             "max_attempts": self.max_attempts,
             "base_delay": self.base_delay,
             "timeout": self.timeout,
+            "concurrency": self.concurrency,
+            "key_concurrency": self.key_concurrency,
+            "rate_limit": self.rate_limit,
+            "rate_period": self.rate_period,
+            "rate_keyed": self.rate_keyed,
+            "fifo": self.fifo,
         }
 
 
@@ -169,6 +204,12 @@ class FlowShape:
                     max_attempts=s.get("max_attempts"),
                     base_delay=s.get("base_delay"),
                     timeout=s.get("timeout"),
+                    concurrency=s.get("concurrency"),
+                    key_concurrency=s.get("key_concurrency"),
+                    rate_limit=s.get("rate_limit"),
+                    rate_period=s.get("rate_period"),
+                    rate_keyed=bool(s.get("rate_keyed", False)),
+                    fifo=bool(s.get("fifo", False)),
                 )
                 for s in data.get("steps", ())
             ),

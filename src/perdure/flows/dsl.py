@@ -18,18 +18,22 @@ async def per_item(ctx, item): ...
 
 Every definition error (a duplicate step, an unknown dependency, a cycle, a map over
 something that is neither the run nor a dependency, a bad option) raises
-`ValidationError` when the step is defined, before anything is stored.
+`ValidationError` when the step is defined, before anything is stored; bad
+flow-control options (``concurrency=``, ``rate_limit=``, ...) raise
+`ConfigurationError`, as they do on a workflow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
 
 from ..errors import ConfigurationError, ValidationError
+from ..limits import KeyFn, Limits
 from .definition import FlowShape, StepShape, make_shape, make_step, task_workflow
 
 __all__ = ["Flow", "TaskContext"]
@@ -37,6 +41,7 @@ __all__ = ["Flow", "TaskContext"]
 Handler = Callable[..., Awaitable[Any]] | Callable[..., Any]
 H = TypeVar("H", bound=Callable[..., Any])
 StepRef = str | Callable[..., Any]
+StepKeys = tuple[str, str | None, str | None, str | None]  # step, lane, FIFO key, rate key
 
 
 @dataclass(slots=True)
@@ -108,6 +113,8 @@ class Flow:
         )
         #: handlers by step name (external steps have none)
         self.handlers: dict[str, Handler] = {}
+        #: the flow-control limits (with their key functions) of the limited steps
+        self.limits: dict[str, Limits] = {}
         self._on_change = on_change
 
     @property
@@ -144,6 +151,12 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> H: ...
 
     @overload
@@ -156,6 +169,12 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Callable[[H], H]: ...
 
     def step(
@@ -168,13 +187,33 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Any:
         """Add a step: ``async def handler(ctx, input)``, where ``input`` is
         ``{"run": <run input>, <dependency>: <its output>, ...}``. ``depends_on`` takes
         step functions or names, defined before this step. The options override the
-        flow's for this step."""
+        flow's for this step.
+
+        ``concurrency``, ``concurrency_key`` with ``key_concurrency``, ``rate_limit``,
+        ``rate_limit_key`` and ``fifo_key`` limit the step's tasks as `App.workflow`'s
+        options limit a workflow's runs (validated the same way: a bad combination is
+        a `ConfigurationError`); key functions get the flow run's input, once, when the
+        run starts."""
         options = {"max_attempts": max_attempts, "base_delay": base_delay, "timeout": timeout}
-        return self._decorate(fn, name, self._deps(depends_on), None, options)
+        limits = {
+            "concurrency": concurrency,
+            "concurrency_key": concurrency_key,
+            "key_concurrency": key_concurrency,
+            "rate_limit": rate_limit,
+            "rate_limit_key": rate_limit_key,
+            "fifo_key": fifo_key,
+        }
+        return self._decorate(fn, name, self._deps(depends_on), None, options, limits)
 
     @overload
     def map(
@@ -188,6 +227,12 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> H: ...
 
     @overload
@@ -201,6 +246,12 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Callable[[H], H]: ...
 
     def map(
@@ -214,13 +265,29 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFn | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: KeyFn | None = None,
+        fifo_key: KeyFn | None = None,
     ) -> Any:
         """Add a map step over ``"run"`` (the run's input) or a dependency's output,
         which must be a list: one task per element, ``async def handler(ctx, item)``;
         the step's output is the list of their outputs in element order (``[]`` at once
-        for an empty list). A non-list fails the run with an error naming the step."""
+        for an empty list). A non-list fails the run with an error naming the step.
+        The flow-control options are `step`'s: they limit the map's tasks, and a key
+        function gets the flow run's input (every task of a run shares its keys)."""
         options = {"max_attempts": max_attempts, "base_delay": base_delay, "timeout": timeout}
-        return self._decorate(fn, name, self._deps(depends_on), _step_name(over), options)
+        limits = {
+            "concurrency": concurrency,
+            "concurrency_key": concurrency_key,
+            "key_concurrency": key_concurrency,
+            "rate_limit": rate_limit,
+            "rate_limit_key": rate_limit_key,
+            "fifo_key": fifo_key,
+        }
+        return self._decorate(fn, name, self._deps(depends_on), _step_name(over), options, limits)
 
     def _decorate(
         self,
@@ -229,12 +296,17 @@ class Flow:
         deps: list[str],
         map_over: str | None,
         options: dict[str, Any],
+        limit_options: dict[str, Any],
     ) -> Any:
         """The decorator of `step` and `map` (applied at once when ``fn`` is given)."""
 
         def register(handler: H) -> H:
             step = make_step(_handler_name(handler, name), deps, map_over=map_over, **options)
+            limits = Limits.build(task_workflow(self.name, step.name), **limit_options)
+            step = _with_limits(step, limits)
             self._add(step, _checked(handler, step.name))
+            if limits.declared:
+                self.limits[step.name] = limits
             handler.__perdure_step__ = step.name  # type: ignore[attr-defined]
             return handler
 
@@ -269,9 +341,38 @@ class Flow:
             depends_on = [depends_on]
         return [_step_name(d) for d in depends_on]
 
+    def step_keys(self, input_json: str) -> tuple[StepKeys, ...]:
+        """The keys of a run's tasks, one (step, lane, FIFO key, rate key) per limited
+        step, from the run's input (``input_json``): computed once, when the run
+        starts (`NewRun.step_keys`). A key function that fails is a `ValidationError`,
+        and nothing is stored."""
+        if not self.limits:
+            return ()
+        value = json.loads(input_json)
+        found: list[StepKeys] = []
+        for step, limits in self.limits.items():
+            keys = limits.keys(task_workflow(self.name, step), value)
+            found.append((step, keys.lane, keys.fifo, keys.rate))
+        return tuple(found)
+
     def task_workflows(self) -> dict[str, str]:
         """The task workflow name (``flow:step``) of each step this process serves."""
         return {task_workflow(self.name, step): step for step in self.handlers}
+
+
+def _with_limits(step: StepShape, limits: Limits) -> StepShape:
+    """The step with its limits as shape (what is stored and compared per version)."""
+    if not limits.declared:
+        return step
+    return replace(
+        step,
+        concurrency=limits.concurrency,
+        key_concurrency=limits.key_concurrency,
+        rate_limit=limits.rate_limit,
+        rate_period=limits.rate_period,
+        rate_keyed=limits.rate_limit_key is not None,
+        fifo=limits.fifo_key is not None,
+    )
 
 
 def _handler_name(handler: Callable[..., Any], name: str | None) -> str:

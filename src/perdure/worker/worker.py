@@ -256,7 +256,9 @@ class Worker:
                 "before starting the worker"
             )
         pairs = (*((d.name, d.version) for d in definitions), *tasks)
-        self._limits = claim_limits((d.name, d.limits) for d in definitions)
+        self._limits = claim_limits(
+            [*((d.name, d.limits) for d in definitions), *self._registry.task_limits(self.patterns)]
+        )
         db_now = await self._until_reachable(backend.now)
         self._clock_offset = (db_now - datetime.now(UTC)).total_seconds()
         info = WorkerInfo(
@@ -302,9 +304,12 @@ class Worker:
         )
         settings = self._settings
         telemetry = current_telemetry()
+        # Claim on complete leases tasks outside the limited claim: never a limited
+        # step's (the claim takes those, within their limits).
+        limited = {lim.workflow for lim in self._limits}
         handoffs = HandOffs(
             self.id,
-            self._registry.task_pairs(self.patterns),
+            [p for p in self._registry.task_pairs(self.patterns) if p[0] not in limited],
             self.lease,
             self.concurrency,
             running=lambda: len(self._active),

@@ -5,6 +5,7 @@ inside the database (``flow_task_ended``, from ``child_ended``)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -70,8 +71,8 @@ async def get_flow(db: PgConnections, name: str, version: int | None) -> FlowSha
         base_delay,
         timeout,
         tuple(
-            StepShape(step, tuple(deps), map_over, attempts, delay, limit)
-            for step, map_over, attempts, delay, limit, deps in steps
+            StepShape(step, tuple(deps), map_over, attempts, delay, limit, *limits)
+            for step, map_over, attempts, delay, limit, *limits, deps in steps
         ),
     )
 
@@ -114,11 +115,30 @@ async def register_flows(db: PgConnections, shapes: list[FlowShape]) -> None:
                         "version": shape.version,
                     },
                 )
+                if step.limited:
+                    await conn.execute(
+                        Q["set_step_limits"],
+                        {
+                            "flow": shape.name,
+                            "version": shape.version,
+                            "step": step.name,
+                            "concurrency": step.concurrency,
+                            "key_concurrency": step.key_concurrency,
+                            "rate_limit": step.rate_limit,
+                            "rate_period": step.rate_period,
+                            "rate_keyed": step.rate_keyed,
+                            "fifo": step.fifo,
+                        },
+                    )
 
 
 async def start_flow(db: PgConnections, new: NewRun) -> CreateResult:
-    """Start a flow run through ``start_flow_run``."""
+    """Start a flow run through ``start_flow_run`` (with the task keys of its limited
+    steps whose key functions ran: `NewRun.step_keys`)."""
     params = new_run_params(new)
+    params["step_keys"] = (
+        json.dumps({step: list(keys) for step, *keys in new.step_keys}) if new.step_keys else None
+    )
     row = await db.one(Q["start_flow_run"], params)
     assert row is not None
     return created_from_row(row)

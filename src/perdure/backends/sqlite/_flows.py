@@ -60,6 +60,12 @@ def get_flow(s: Session, name: str, version: int | None) -> FlowShape | None:
             max_attempts=r["max_attempts"],
             base_delay=r["base_delay"],
             timeout=r["timeout"],
+            concurrency=r["concurrency"],
+            key_concurrency=r["key_concurrency"],
+            rate_limit=r["rate_limit"],
+            rate_period=r["rate_period"],
+            rate_keyed=bool(r["rate_keyed"]),
+            fifo=bool(r["fifo"]),
         )
         for r in s.all(Q["get_flow_steps"], params)
     )
@@ -104,6 +110,12 @@ def register_flows(s: Session, shapes: list[FlowShape]) -> None:
                         "max_attempts": step.max_attempts,
                         "base_delay": step.base_delay,
                         "timeout": step.timeout,
+                        "concurrency": step.concurrency,
+                        "key_concurrency": step.key_concurrency,
+                        "rate_limit": step.rate_limit,
+                        "rate_period": step.rate_period,
+                        "rate_keyed": int(step.rate_keyed),
+                        "fifo": int(step.fifo),
                     },
                 )
                 for dep_index, dep in enumerate(step.depends_on):
@@ -137,9 +149,21 @@ def start_flow(s: Session, new: NewRun) -> CreateResult:
         if insert_run(s, new, now, parent_id=None) is None:
             return _existing(s, new, now)
         s.run(Q["mark_flow_run"], {"id": new.id, "now": now})
+        given = {step: keys for step, *keys in new.step_keys}
         for index, step in enumerate(shape.steps):
+            lane, fifo, rate = given.get(step.name) or step.keyless()
+            if not step.limited:  # keys from a definition that no longer matches: none
+                lane = fifo = rate = None
             s.run(
-                Q["insert_flow_state"], {"run_id": new.id, "step": step.name, "step_index": index}
+                Q["insert_flow_state"],
+                {
+                    "run_id": new.id,
+                    "step": step.name,
+                    "step_index": index,
+                    "lane": lane,
+                    "fifo": fifo,
+                    "rate": rate,
+                },
             )
         flow = {
             "id": new.id,
@@ -190,7 +214,13 @@ def _advance(s: Session, shape: FlowShape, flow: dict[str, Any], now: float) -> 
     run_input = loads(flow["input"])
     outputs: dict[str, Any] = {}
     started: set[str] = set()
+    keys: dict[str, dict[str, str | None]] = {}  # the keys of each step's tasks
     for state in s.all(Q["flow_states"], {"run_id": run_id}):
+        keys[state["step"]] = {
+            "lane": state["concurrency_key"],
+            "fifo": state["fifo_key"],
+            "rate": state["rate_key"],
+        }
         if state["status"] == "completed":
             outputs[state["step"]] = loads(state["output"])
         if state["status"] != "created":
@@ -221,6 +251,7 @@ def _advance(s: Session, shape: FlowShape, flow: dict[str, Any], now: float) -> 
             "retention_days": flow["retention_days"],
             "task_index": task.index,
             "now": now,
+            **keys[task.step],
         }
         for task in plan.tasks
     ]

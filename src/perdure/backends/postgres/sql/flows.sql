@@ -6,6 +6,8 @@
 SELECT f.name, f.version, f.max_attempts, f.base_delay, f.timeout,
        (SELECT coalesce(json_agg(json_build_array(
                    s.step, s.map_over, s.max_attempts, s.base_delay, s.timeout,
+                   s.concurrency, s.key_concurrency, s.rate_limit, s.rate_period,
+                   s.rate_keyed, s.fifo,
                    (SELECT coalesce(json_agg(d.dep ORDER BY d.dep_index), '[]')
                     FROM flow_deps d
                     WHERE d.flow = s.flow AND d.version = s.version AND d.step = s.step))
@@ -25,6 +27,14 @@ SELECT add_step(%(flow)s::text, %(step)s::text, %(deps)s::text[], %(max_attempts
                 %(base_delay)s::double precision, %(timeout)s::double precision,
                 %(step_type)s::text, %(map_over)s::text, %(version)s::integer)
 
+-- name: set_step_limits
+-- A new step's flow-control limits (part of its shape; add_step stores the rest).
+UPDATE flow_steps SET concurrency = %(concurrency)s::integer,
+    key_concurrency = %(key_concurrency)s::integer, rate_limit = %(rate_limit)s::integer,
+    rate_period = %(rate_period)s::double precision, rate_keyed = %(rate_keyed)s::boolean,
+    fifo = %(fifo)s::boolean
+WHERE flow = %(flow)s::text AND version = %(version)s::integer AND step = %(step)s::text
+
 -- name: start_flow_run
 -- Start a flow run through start_flow_run(); the row as create_run's.
 SELECT c.created,
@@ -38,7 +48,8 @@ SELECT c.created,
        NOT c.created AND (c.run).input <> %(input)s::jsonb
 FROM start_flow_run(
     %(id)s::text, %(workflow)s::text, %(version)s::integer, %(input)s::jsonb,
-    %(priority)s::integer, %(idempotency_key)s::text, %(retention_days)s::integer
+    %(priority)s::integer, %(idempotency_key)s::text, %(retention_days)s::integer,
+    %(step_keys)s::jsonb
 ) AS c
 
 -- name: run_kind

@@ -13,7 +13,9 @@ WHERE name = :name ORDER BY version DESC LIMIT 1
 
 -- name: get_flow_steps
 -- The steps of a flow version in definition order.
-SELECT step, map_over, max_attempts, base_delay, timeout FROM flow_steps
+SELECT step, map_over, max_attempts, base_delay, timeout, concurrency, key_concurrency,
+       rate_limit, rate_period, rate_keyed, fifo
+FROM flow_steps
 WHERE flow = :name AND version = :version ORDER BY step_index
 
 -- name: get_flow_deps
@@ -27,8 +29,10 @@ VALUES (:name, :version, :max_attempts, :base_delay, :timeout, :now)
 
 -- name: insert_flow_step
 INSERT INTO flow_steps (flow, version, step, step_index, map_over, max_attempts,
-                        base_delay, timeout)
-VALUES (:flow, :version, :step, :step_index, :map_over, :max_attempts, :base_delay, :timeout)
+                        base_delay, timeout, concurrency, key_concurrency, rate_limit,
+                        rate_period, rate_keyed, fifo)
+VALUES (:flow, :version, :step, :step_index, :map_over, :max_attempts, :base_delay, :timeout,
+        :concurrency, :key_concurrency, :rate_limit, :rate_period, :rate_keyed, :fifo)
 
 -- name: insert_flow_dep
 INSERT INTO flow_deps (flow, version, step, dep, dep_index)
@@ -43,11 +47,14 @@ WHERE id = :id
 SELECT kind, workflow, version, status, input FROM runs WHERE id = :id
 
 -- name: insert_flow_state
-INSERT INTO flow_states (run_id, step, step_index, status) VALUES (:run_id, :step, :step_index, 'created')
+-- A step's state, with the flow-control keys of its tasks (NULL: not limited).
+INSERT INTO flow_states (run_id, step, step_index, status, concurrency_key, fifo_key, rate_key)
+VALUES (:run_id, :step, :step_index, 'created', :lane, :fifo, :rate)
 
 -- name: flow_states
 -- A flow run's step states in definition order.
-SELECT step, status, task_count, remaining_tasks, output, error, started_at, completed_at
+SELECT step, status, task_count, remaining_tasks, output, error, started_at, completed_at,
+       concurrency_key, fifo_key, rate_key
 FROM flow_states WHERE run_id = :run_id ORDER BY step_index
 
 -- name: start_flow_state
@@ -76,14 +83,14 @@ WHERE run_id = :run_id AND step = :step AND status = 'started'
 RETURNING remaining_tasks
 
 -- name: insert_task
--- A task of a flow step: a run of kind 'task', claimable now.
+-- A task of a flow step: a run of kind 'task', claimable now, with its step's keys.
 INSERT INTO runs (
     id, workflow, version, status, input, attempt, priority, parent_id, parent_step,
     available_at, lease_token, retention_days, claims_since_progress, step_attempts,
-    created_at, updated_at, kind, task_index
+    created_at, updated_at, kind, task_index, concurrency_key, fifo_key, rate_key
 ) VALUES (
     :id, :workflow, :version, 'pending', :input, 1, :priority, :parent_id, :step,
-    :now, 0, :retention_days, 0, 0, :now, :now, 'task', :task_index
+    :now, 0, :retention_days, 0, 0, :now, :now, 'task', :task_index, :lane, :fifo, :rate
 )
 
 -- name: task_created_event

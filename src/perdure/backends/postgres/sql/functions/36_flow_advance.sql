@@ -6,7 +6,8 @@
 -- a map step one task per element of its source list (the run's input or a
 -- dependency's output), an empty list completing it at once with [] (which may make
 -- more steps ready: repeat), a non-list failing the run with an error naming the
--- step. Tasks are runs of kind 'task' (workflow '<flow>:<step>', claimable now). When
+-- step. Tasks are runs of kind 'task' (workflow '<flow>:<step>', claimable now,
+-- carrying the flow-control keys stored for the step in flow_states). When
 -- every step completed, the run completes with {<leaf step>: <output>}.
 CREATE OR REPLACE FUNCTION flow_advance(p_run_id text) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -23,7 +24,7 @@ BEGIN
     WHILE v_progress LOOP
         v_progress := false;
         FOR v_step IN
-            SELECT fs.step, fs.map_over
+            SELECT fs.step, fs.map_over, st.concurrency_key, st.fifo_key, st.rate_key
             FROM flow_states st
             JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
                               AND fs.step = st.step
@@ -73,11 +74,13 @@ BEGIN
             END IF;
             WITH tasks AS (
                 INSERT INTO runs (id, workflow, version, status, input, priority, parent_id,
-                                  parent_step, available_at, retention_days, kind, task_index)
+                                  parent_step, available_at, retention_days, kind, task_index,
+                                  concurrency_key, fifo_key, rate_key)
                 SELECT p_run_id || ':' || v_step.step || ':' || (e.ord - 1),
                        v_run.workflow || ':' || v_step.step, v_run.version, 'pending',
                        e.value::jsonb, v_run.priority, p_run_id, v_step.step, perdure_now(),
-                       v_run.retention_days, 'task', e.ord - 1
+                       v_run.retention_days, 'task', e.ord - 1,
+                       v_step.concurrency_key, v_step.fifo_key, v_step.rate_key
                 FROM json_array_elements(v_source) WITH ORDINALITY AS e(value, ord)
                 RETURNING id, workflow, version, task_index
             )

@@ -4,9 +4,13 @@
 -- create_run() starts a workflow's (ids and idempotency keys alike): the run (kind
 -- 'flow', status 'running', never claimed itself), one state per step, and the
 -- tasks of the ready steps (flow_advance). PD001 if no such flow is stored.
+-- p_keys: the task keys of limited steps whose key functions ran (a start from
+-- Python), {"<step>": [lane, fifo_key, rate_key]}; a limited step without an entry
+-- (every one, from SQL) gets the lane '' under its step-wide limits: rate key '' if
+-- it has a rate limit, no FIFO key.
 CREATE OR REPLACE FUNCTION start_flow_run(
     p_id text, p_flow text, p_version integer, p_input jsonb, p_priority integer,
-    p_idempotency_key text, p_retention_days integer,
+    p_idempotency_key text, p_retention_days integer, p_keys jsonb DEFAULT NULL,
     OUT created boolean, OUT run runs
 )
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -35,9 +39,25 @@ BEGIN
     UPDATE runs SET kind = 'flow', status = 'running', available_at = 'infinity',
         started_at = perdure_now()
     WHERE id = p_id;
-    INSERT INTO flow_states (run_id, step, step_index, status)
-    SELECT p_id, fs.step, fs.step_index, 'created'
-    FROM flow_steps fs WHERE fs.flow = p_flow AND fs.version = v_version;
+    INSERT INTO flow_states (run_id, step, step_index, status, concurrency_key, fifo_key,
+                             rate_key)
+    SELECT p_id, fs.step, fs.step_index, 'created', k.lane, k.fifo, k.rate
+    FROM flow_steps fs
+    CROSS JOIN LATERAL (
+        SELECT fs.concurrency IS NOT NULL OR fs.key_concurrency IS NOT NULL
+               OR fs.rate_limit IS NOT NULL OR fs.fifo AS limited,
+               p_keys -> fs.step AS given
+    ) l
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN NOT l.limited THEN NULL
+                    WHEN l.given IS NULL THEN ''
+                    ELSE l.given ->> 0 END AS lane,
+               CASE WHEN l.limited AND l.given IS NOT NULL THEN l.given ->> 1 END AS fifo,
+               CASE WHEN NOT l.limited OR fs.rate_limit IS NULL THEN NULL
+                    WHEN l.given IS NULL THEN ''
+                    ELSE l.given ->> 2 END AS rate
+    ) k
+    WHERE fs.flow = p_flow AND fs.version = v_version;
     PERFORM flow_advance(p_id);
     SELECT * INTO run FROM runs WHERE id = p_id;
 END
