@@ -251,3 +251,41 @@ async def test_a_fork_keeps_its_sources_keys(backend: Backend) -> None:
     await finish(backend, held)
     (again,) = await claim_limited(backend, WorkflowLimits("wf", key_concurrency=1))
     assert again.run.id == fork.id
+
+
+async def test_racing_claimers_never_overshoot_a_workflow_concurrency(
+    backend: Backend, backend_factory: BackendFactory
+) -> None:
+    # The workflow's concurrency alone (one lane, no walk on PostgreSQL).
+    for _ in range(12):
+        await keyed(backend)
+    limits = WorkflowLimits("wf", concurrency=5)
+    claimers = [backend, *[await backend_factory() for _ in range(3)]]
+    rounds = await asyncio.gather(
+        *(claim_limited(b, limits, limit=3, worker=f"w{i}") for i, b in enumerate(claimers))
+    )
+    held = [c for r in rounds for c in r]
+    assert len(held) == 5
+    assert len({c.run.id for c in held}) == 5
+    await finish(backend, held[0])
+    (more,) = await claim_limited(backend, limits)
+    assert more.run.id not in {c.run.id for c in held}
+
+
+async def test_runs_keyed_by_an_earlier_definition_count_under_its_concurrency(
+    backend: Backend,
+) -> None:
+    # Runs started while the workflow had a concurrency key, claimed after it kept only
+    # its concurrency: still claimed, and still counted.
+    old = [await keyed(backend, f"t{i}") for i in range(3)]
+    new = await keyed(backend)
+    limits = WorkflowLimits("wf", concurrency=2)
+    first = await claim_limited(backend, limits)
+    assert len(first) == 2
+    assert await claim_limited(backend, limits) == []
+    for held in first:
+        await finish(backend, held)
+    rest = [c.run.id for c in await claim_limited(backend, limits)]
+    rest += [c.run.id for c in await claim_limited(backend, limits)]
+    assert len(rest) == 2
+    assert {c.run.id for c in first} | set(rest) == {*old, new}

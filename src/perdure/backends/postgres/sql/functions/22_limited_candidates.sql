@@ -10,13 +10,21 @@
 -- (priority, then lane rank, then due time) through the rate limit (starts of the
 -- last period per rate key) and the workflow's concurrency, up to p_limit. The caller
 -- holds the advisory lock of limited claims, so the counts are exact.
+--
+-- A workflow whose only limit is its concurrency has one lane ('') and needs no walk:
+-- its first due runs, up to the slots it has left, in one statement.
+--
+-- The statements run with generic plans: their parameters change on every call, and
+-- a custom plan per call (PostgreSQL's choice for most of them) cost more to plan
+-- than to run.
 CREATE OR REPLACE FUNCTION limited_candidates(
     p_workflows text[], p_versions integer[], p_limit integer,
     p_l_workflows text[], p_l_concurrency integer[], p_l_key_concurrency integer[],
     p_l_rate integer[], p_l_period double precision[], p_l_fifo boolean[]
 )
 RETURNS TABLE (id text, priority integer, lane_rank bigint, available_at timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY INVOKER ROWS 10 SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER ROWS 10 SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_now timestamptz := perdure_now();
     v_lim record;
@@ -42,6 +50,7 @@ DECLARE
     v_offering integer;
     v_top integer;
     v_heads integer[];
+    v_count integer;
 BEGIN
     FOR v_lim IN
         SELECT * FROM unnest(p_l_workflows, p_l_concurrency, p_l_key_concurrency, p_l_rate,
@@ -58,16 +67,52 @@ BEGIN
             WHERE r.workflow = v_lim.workflow AND r.concurrency_key IS NOT NULL
               AND r.status = 'running' AND r.available_at <= v_now
               AND r.version = ANY(v_versions);
+        v_lane := NULL;
+        IF v_lim.key_concurrency IS NULL AND v_lim.rate IS NULL AND NOT v_lim.fifo THEN
+            -- Runs started under keyed limits the workflow no longer declares?
+            v_lane := (SELECT r.concurrency_key FROM runs r
+                       WHERE r.workflow = v_lim.workflow
+                         AND r.status IN ('pending', 'waiting', 'running')
+                         AND r.concurrency_key > ''
+                       ORDER BY r.concurrency_key LIMIT 1);
+        END IF;
+        IF v_lim.key_concurrency IS NULL AND v_lim.rate IS NULL AND NOT v_lim.fifo
+           AND v_lane IS NULL THEN
+            -- Only the workflow's concurrency, one lane: no walk, no round-robin.
+            v_wf_running := 0;
+            IF v_lim.concurrency IS NOT NULL THEN
+                SELECT count(*) INTO v_wf_running FROM runs x
+                WHERE x.workflow = v_lim.workflow AND x.concurrency_key = ''
+                  AND x.status = 'running';
+            END IF;
+            RETURN QUERY
+                SELECT r.id, r.priority, 1::bigint, r.available_at
+                FROM runs r
+                WHERE r.workflow = v_lim.workflow AND r.concurrency_key = ''
+                  AND r.status IN ('pending', 'waiting', 'running')
+                  AND r.status <> 'running'
+                  AND r.available_at <= v_now
+                  AND (r.version IS NULL OR r.version = ANY(v_versions))
+                ORDER BY r.priority, r.available_at
+                LIMIT greatest(0, least(p_limit - v_taken,
+                                        coalesce(v_lim.concurrency - v_wf_running, p_limit)));
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            v_taken := v_taken + v_count;
+            CONTINUE;
+        END IF;
         v_ids := '{}'; v_prios := '{}'; v_ranks := '{}'; v_dues := '{}';
         v_rate_keys := '{}'; v_firsts := '{}';
         -- Lane by lane: a skip scan over the lanes with live runs, from the cursor on.
         v_start := (SELECT c.lane FROM lane_cursors c WHERE c.workflow = v_lim.workflow);
-        v_lane := (SELECT r.concurrency_key FROM runs r
-                   WHERE r.workflow = v_lim.workflow
-                     AND r.status IN ('pending', 'waiting', 'running')
-                     AND r.concurrency_key > coalesce(v_start, '')
-                   ORDER BY r.concurrency_key LIMIT 1);
-        IF v_lane IS NULL THEN
+        v_lane := NULL;
+        IF v_start IS NOT NULL THEN
+            v_lane := (SELECT r.concurrency_key FROM runs r
+                       WHERE r.workflow = v_lim.workflow
+                         AND r.status IN ('pending', 'waiting', 'running')
+                         AND r.concurrency_key > v_start
+                       ORDER BY r.concurrency_key LIMIT 1);
+        END IF;
+        IF v_lane IS NULL THEN  -- no cursor ('' is a lane too), or none after it
             v_lane := (SELECT r.concurrency_key FROM runs r
                        WHERE r.workflow = v_lim.workflow
                          AND r.status IN ('pending', 'waiting', 'running')
