@@ -3,6 +3,9 @@ at that scale."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import psycopg
 import pytest
 
@@ -79,7 +82,8 @@ async def test_limited_claim_uses_the_lane_index_on_a_100k_backlog(
     # The plain claim keeps its plan: the claim index, no lane index.
     cur = await admin.execute(
         b"EXPLAIN " + QUERIES["claim_runs"].encode(),
-        {k: params[k] for k in ("workflows", "versions", "worker", "limit", "lease")},
+        {k: params[k] for k in ("workflows", "versions", "worker", "limit", "lease")}
+        | {"keyed": False},
     )
     plain = "\n".join(str(row[0]) for row in await cur.fetchall())
     assert "runs_claim_idx" in plain and "runs_lane" not in plain, plain
@@ -99,3 +103,55 @@ async def test_one_tenants_backlog_does_not_delay_another_tenants_run(
         "b" + str(i).zfill(25) for i in range(1, 11)
     ]
     assert len([i for i in ids if i.startswith("a")]) == 5
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", ()) for n in _nodes(child))]
+
+
+async def test_a_claim_for_other_workflows_never_reads_a_limited_backlog(
+    make_backend: BackendFactory,  # noqa: F811
+    admin: psycopg.AsyncConnection[tuple[object, ...]],  # noqa: F811
+) -> None:
+    # The worker serves 'wf' under limits and 'other' without: the claim's search for
+    # runs of 'other' goes through the index of runs without a lane, not past the
+    # 100,000 runs of wf's lanes (it read them all on every claim before). The plan
+    # is the generic one a worker's prepared claim runs, as auto_explain logs it.
+    await make_backend()
+    await _backlog(admin)
+    claim = ClaimParams("w1", (("wf", 1), ("other", 1)), 10, 30.0, LIMITS)
+    params = {
+        "workflows": ["wf", "other"],
+        "versions": [1, 1],
+        "worker": "w1",
+        "limit": 10,
+        "lease": 30.0,
+        **limited_claim_params(claim, stray=True),
+    }
+    plans: list[str] = []
+    admin.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    for setting in (
+        "SET plan_cache_mode = force_generic_plan",
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_format = 'json'",
+        "SET auto_explain.log_level = 'notice'",
+        "SET client_min_messages = 'notice'",
+    ):
+        await admin.execute(setting)
+    await admin.execute("BEGIN")
+    await admin.execute(QUERIES["claim_runs_limited"], params, prepare=True)
+    await admin.execute("ROLLBACK")
+    await admin.execute("SET auto_explain.log_min_duration = -1")
+    (logged,) = [p for p in plans if "claim_served" in p]
+    plan = json.loads(logged[logged.index("{") :])["Plan"]
+    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "runs"]
+    assert any(n.get("Index Name") == "runs_claim_idx" for n in scans), scans
+    read = sum(
+        n["Actual Rows"] * n["Actual Loops"] + n.get("Rows Removed by Filter", 0)
+        for n in scans
+        if n.get("Index Name") != "runs_pkey"
+    )
+    assert read < 1_000, scans
+    assert not any(n["Node Type"] == "Seq Scan" for n in scans), scans

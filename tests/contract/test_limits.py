@@ -289,3 +289,17 @@ async def test_runs_keyed_by_an_earlier_definition_count_under_its_concurrency(
     rest += [c.run.id for c in await claim_limited(backend, limits)]
     assert len(rest) == 2
     assert {c.run.id for c in first} | set(rest) == {*old, new}
+
+
+async def test_a_worker_without_the_limits_still_claims_runs_with_a_lane(
+    backend: Backend,
+) -> None:
+    # Runs started under limits since removed (or that this worker's code lacks): the
+    # plain claim takes them too, on one of its next few claims.
+    lane = await keyed(backend, "t1")
+    got: list[str] = []
+    for _ in range(16):
+        got += [c.run.id for c in await backend.claim_runs(ClaimParams("w", WF, 10, 30.0))]
+        if got:
+            break
+    assert got == [lane]

@@ -268,6 +268,14 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
 #: Counts limited claims: every eighth also looks for runs of limited workflows started
 #: without a lane (in SQL), rare enough not to be worth a scan on every claim.
 _LIMITED_CLAIMS = itertools.count()
+#: Counts plain claims: every eighth also looks for runs with a lane (started under
+#: limits this worker does not know, e.g. since removed).
+_PLAIN_CLAIMS = itertools.count()
+
+
+def plain_claim_keyed() -> bool:
+    """Whether this plain claim also looks for runs with a lane (one in eight)."""
+    return next(_PLAIN_CLAIMS) % 8 == 0
 
 
 def _child_keys(child: NewRun) -> dict[str, str | None]:
@@ -298,6 +306,7 @@ def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict
         "l_fifo": [lim.fifo for lim in limits],
         "plain_workflows": sorted({name for name, _ in params.workflows} - limited),
         "scan": 4 * params.limit + 16 if stray else 0,
+        "keyed": stray,
     }
 
 

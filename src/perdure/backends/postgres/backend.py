@@ -65,6 +65,7 @@ from ._convert import (
     limited_claim_params,
     list_runs_params,
     new_run_params,
+    plain_claim_keyed,
     run_from_row,
     step_from_row,
     transition_params,
@@ -380,6 +381,7 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             "lease": float(params.lease_seconds),
         }
         if not params.limits:
+            values["keyed"] = plain_claim_keyed()
             rows = await self._db.all(QUERIES["claim_runs"], values, unsynced=True)
         else:
             rows = await self._db.all(

@@ -313,18 +313,47 @@ WITH served AS (
     SELECT p.workflow, p.version
     FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
 ),
-due AS (
-    SELECT r.id, r.status, r.lease_owner,
+keyless AS (
+    SELECT r.id, r.status, r.lease_owner, r.priority, r.available_at,
            coalesce(r.version, (SELECT max(s.version) FROM served s
                                 WHERE s.workflow = r.workflow)) AS version
     FROM runs r
     WHERE r.status IN ('pending', 'waiting', 'running')
+      AND r.concurrency_key IS NULL
       AND r.available_at <= perdure_now()
       AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
            OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
     ORDER BY r.priority, r.available_at
     LIMIT %(limit)s::integer
     FOR UPDATE OF r SKIP LOCKED
+),
+keyed AS (
+    -- Runs with a lane (started under limits this worker does not know), on one
+    -- claim in eight (%(keyed)s): workflow by workflow through the lane index.
+    SELECT k.id, k.status, k.lease_owner, k.priority, k.available_at, k.version
+    FROM (SELECT DISTINCT s.workflow FROM served s) w
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status, r.lease_owner, r.priority, r.available_at,
+               coalesce(r.version, (SELECT max(s.version) FROM served s
+                                    WHERE s.workflow = r.workflow)) AS version
+        FROM runs r
+        WHERE %(keyed)s::boolean
+          AND r.workflow = w.workflow
+          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.concurrency_key IS NOT NULL
+          AND r.available_at <= perdure_now()
+          AND (r.version IS NULL OR (r.workflow, r.version) IN (SELECT s.workflow, s.version
+                                                               FROM served s))
+        ORDER BY r.concurrency_key, r.priority, r.available_at
+        LIMIT %(limit)s::integer
+        FOR UPDATE OF r SKIP LOCKED
+    ) k
+),
+due AS (
+    SELECT d.id, d.status, d.lease_owner, d.version
+    FROM (SELECT * FROM keyless UNION ALL SELECT * FROM keyed) d
+    ORDER BY d.priority, d.available_at
+    LIMIT %(limit)s::integer
 ),
 claimed AS (
     UPDATE runs AS r SET
@@ -501,12 +530,22 @@ WITH served AS (
     SELECT p.workflow, p.version
     FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)
 )
-SELECT min(r.available_at)
-FROM runs r
-WHERE r.status IN ('pending', 'waiting', 'running')
-  AND r.available_at < 'infinity'
-  AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
-       OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
+SELECT least(
+    (SELECT min(r.available_at)
+     FROM runs r
+     WHERE r.status IN ('pending', 'waiting', 'running')
+       AND r.concurrency_key IS NULL
+       AND r.available_at < 'infinity'
+       AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
+            OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))),
+    (SELECT min(r.available_at)  -- runs with a lane, through the lane index
+     FROM runs r
+     WHERE r.workflow IN (SELECT s.workflow FROM served s)
+       AND r.status IN ('pending', 'waiting', 'running')
+       AND r.concurrency_key IS NOT NULL
+       AND r.available_at < 'infinity'
+       AND (r.version IS NULL OR (r.workflow, r.version) IN (SELECT s.workflow, s.version
+                                                            FROM served s))))
 
 -- name: sweep
 -- Delete up to N ended runs past their retention (journal, events, waits, signals cascade).
@@ -621,6 +660,7 @@ plain AS (
     FROM runs r
     WHERE cardinality(%(plain_workflows)s::text[]) > 0
       AND r.status IN ('pending', 'waiting', 'running')
+      AND r.concurrency_key IS NULL  -- the claim index: never the limited backlogs
       AND r.available_at <= perdure_now()
       AND r.workflow = ANY(%(plain_workflows)s::text[])
       AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
@@ -628,24 +668,44 @@ plain AS (
     ORDER BY r.priority, r.available_at
     LIMIT %(limit)s::integer
 ),
+keyed AS (
+    -- Runs with a lane of the workflows served without limits (as in claim_runs).
+    SELECT k.id, k.priority, 1::bigint AS lane_rank, k.available_at
+    FROM unnest(%(plain_workflows)s::text[]) AS w(workflow)
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.priority, r.available_at
+        FROM runs r
+        WHERE %(keyed)s::boolean
+          AND r.workflow = w.workflow
+          AND r.status IN ('pending', 'waiting', 'running')
+          AND r.concurrency_key IS NOT NULL
+          AND r.available_at <= perdure_now()
+          AND (r.version IS NULL OR (r.workflow, r.version) IN (SELECT s.workflow, s.version
+                                                               FROM served s))
+        ORDER BY r.concurrency_key, r.priority, r.available_at
+        LIMIT %(limit)s::integer
+    ) k
+),
 stray AS (
     SELECT q.id, q.priority, 1::bigint AS lane_rank, q.available_at
     FROM (
-        SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.workflow
+        SELECT r.id, r.priority, r.available_at, r.workflow
         FROM runs r
         WHERE %(scan)s::integer > 0
           AND r.status IN ('pending', 'waiting', 'running')
+          AND r.concurrency_key IS NULL
           AND r.available_at <= perdure_now()
           AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
                OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
         ORDER BY r.priority, r.available_at
         LIMIT %(scan)s::integer
     ) q
-    WHERE q.concurrency_key IS NULL AND q.workflow IN (SELECT l.workflow FROM lim l)
+    WHERE q.workflow IN (SELECT l.workflow FROM lim l)
 ),
 picked AS (
     SELECT a.id FROM (
-        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
+        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM keyed
+        UNION ALL SELECT * FROM stray
     ) a
     ORDER BY a.priority, a.lane_rank, a.available_at
     LIMIT %(limit)s::integer

@@ -42,22 +42,48 @@ BEGIN
         WHERE s.flow = claim_tasks.flow
           AND (claim_tasks.steps IS NULL OR s.step = ANY (claim_tasks.steps))
     ),
-    due AS (
-        SELECT r.id, r.status AS previous_status, r.lease_owner AS previous_owner,
-               coalesce(claim_tasks.lease,
-                        coalesce(fs.timeout, f.timeout) + 5) AS lease_seconds,
-               coalesce(fs.max_attempts, f.max_attempts) AS max_attempts
+    keyless AS (
+        -- Tasks without a lane through the claim index; tasks of limited steps (which
+        -- SQL workers do not limit) step by step through the lane index.
+        SELECT r.id, r.priority, r.available_at
         FROM runs r
-        JOIN flow_steps fs ON fs.flow = claim_tasks.flow AND fs.version = r.version
-                          AND fs.step = r.parent_step
-        JOIN flows f ON f.name = fs.flow AND f.version = fs.version
         WHERE r.status IN ('pending', 'waiting', 'running')
+          AND r.concurrency_key IS NULL
           AND r.available_at <= perdure_now()
           AND r.kind = 'task'
           AND r.workflow IN (SELECT workflow FROM served)
         ORDER BY r.priority, r.available_at
         LIMIT claim_tasks.qty
         FOR UPDATE OF r SKIP LOCKED
+    ),
+    keyed AS (
+        SELECT k.id, k.priority, k.available_at
+        FROM served w
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.priority, r.available_at
+            FROM runs r
+            WHERE r.workflow = w.workflow
+              AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NOT NULL
+              AND r.available_at <= perdure_now()
+              AND r.kind = 'task'
+            ORDER BY r.concurrency_key, r.priority, r.available_at
+            LIMIT claim_tasks.qty
+            FOR UPDATE OF r SKIP LOCKED) k
+    ),
+    picked AS (SELECT * FROM keyless UNION ALL SELECT * FROM keyed),
+    due AS (
+        SELECT r.id, r.status AS previous_status, r.lease_owner AS previous_owner,
+               coalesce(claim_tasks.lease,
+                        coalesce(fs.timeout, f.timeout) + 5) AS lease_seconds,
+               coalesce(fs.max_attempts, f.max_attempts) AS max_attempts
+        FROM picked p
+        JOIN runs r ON r.id = p.id
+        JOIN flow_steps fs ON fs.flow = claim_tasks.flow AND fs.version = r.version
+                          AND fs.step = r.parent_step
+        JOIN flows f ON f.name = fs.flow AND f.version = fs.version
+        ORDER BY p.priority, p.available_at
+        LIMIT claim_tasks.qty
     ),
     claimed AS (
         UPDATE runs AS r SET
