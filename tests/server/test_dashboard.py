@@ -326,3 +326,74 @@ def test_the_workers_page_lists_the_schedules(page: Any, sqlite_database: Any) -
     assert "30 2 * * *" in first and "Europe/Paris" in first and "active" in first
     assert "paused" in rows.nth(1).inner_text()
     _shot(page, "workers-schedules")
+
+
+def test_schedules_are_paused_resumed_and_deleted_from_the_workers_page(
+    page: Any, sqlite_database: Any
+) -> None:
+    from perdure import App
+
+    app = App(sqlite_database.url)
+    try:
+        app.schedule("nightly", "order", "30 2 * * *")
+        app.schedule("hourly", "order", "0 * * * *")
+
+        def paused(name: str) -> bool:
+            return next(s.paused for s in app.list_schedules() if s.name == name)
+
+        page.goto(page.base + "/workers")
+        row = page.locator("table.schedules tr[data-schedule=nightly]")
+        assert row.locator("td.state").inner_text() == "active"
+        row.locator("button.pause").click()
+        page.wait_for_url("**/workers?done=paused+schedule+nightly")
+        assert "paused schedule nightly" in page.locator("p.notice").inner_text()
+        assert row.locator("td.state").inner_text() == "paused"
+        assert paused("nightly") and not paused("hourly")
+        _shot(page, "workers-schedule-paused")
+
+        row.locator("button.resume").click()
+        page.wait_for_url("**/workers?done=resumed+schedule+nightly")
+        assert row.locator("td.state").inner_text() == "active"
+        assert not paused("nightly")
+
+        row.locator("button.delete").click()
+        page.wait_for_url("**/workers?done=deleted+schedule+nightly")
+        assert row.count() == 0
+        assert page.locator("table.schedules tbody tr").count() == 1
+        assert [s.name for s in app.list_schedules()] == ["hourly"]
+    finally:
+        app.close()
+
+
+def test_a_schedule_action_on_an_unknown_name_or_from_another_origin(  # type: ignore[no-untyped-def]
+    sqlite_database, tmp_path: Path
+) -> None:
+    from perdure import App
+
+    app = App(sqlite_database.url)
+    try:
+        app.schedule("nightly", "greet", "30 2 * * *")
+    finally:
+        app.close()
+
+    def post(http: Http, path: str, origin: str) -> tuple[int, str]:
+        request = urllib.request.Request(
+            http.base + path, data=b"", method="POST", headers={"Origin": origin}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    with server(environment(sqlite_database, tmp_path), tmp_path) as http:
+        for action in ("pause", "resume", "delete"):
+            status, body = post(http, f"/schedules/nope/{action}", http.base)
+            assert status == 404 and "no schedule named &#39;nope&#39;" in body, body
+        status, body = post(http, "/schedules/bad%20name!/pause", http.base)
+        assert status == 404 and "invalid schedule name" in body, body
+        for action in ("pause", "delete"):
+            status, _ = post(http, f"/schedules/nightly/{action}", "http://evil.example")
+            assert status == 403
+        [kept] = http.get("/v1/schedules").body["items"]
+        assert kept["name"] == "nightly" and not kept["paused"]

@@ -8,6 +8,7 @@ from this origin. Live pages reload their ``<main>`` from the server every two s
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -238,15 +239,53 @@ async def fork(request: Request, run_id: str) -> Response:
 
 
 @router.get("/workers", response_class=HTMLResponse)
-async def workers(request: Request) -> HTMLResponse:
+async def workers(request: Request, done: str = "") -> HTMLResponse:
     """Workers seen within a day: live, stopped, or silent (gone without stopping); and
-    the schedules they fire."""
+    the schedules they fire, with their actions."""
     app = app_of(request)
     seen = await app.list_workers_async("1d")
     now = await app.now_async()
     rows = [(w, _worker_state(w.stopped_at, w.last_seen_at, now)) for w in seen]
     schedules = await app.list_schedules_async()
-    return _render(request, "workers.html", workers=rows, schedules=schedules, live=True)
+    return _render(request, "workers.html", workers=rows, schedules=schedules, done=done, live=True)
+
+
+@router.post("/schedules/{name}/pause")
+async def pause_schedule(request: Request, name: str) -> Response:
+    """Pause a schedule: its ticks are skipped until it is resumed (a POST from this
+    origin only)."""
+    return await _on_schedule(request, name, "paused", app_of(request).pause_schedule_async)
+
+
+@router.post("/schedules/{name}/resume")
+async def resume_schedule(request: Request, name: str) -> Response:
+    """Resume a paused schedule from its next tick after now (a POST from this origin)."""
+    return await _on_schedule(request, name, "resumed", app_of(request).resume_schedule_async)
+
+
+@router.post("/schedules/{name}/delete")
+async def delete_schedule(request: Request, name: str) -> Response:
+    """Delete a schedule; its runs stay (a POST from this origin only)."""
+    return await _on_schedule(request, name, "deleted", app_of(request).delete_schedule_async)
+
+
+async def _on_schedule(
+    request: Request, name: str, done: str, act: Callable[[str], Awaitable[bool]]
+) -> Response:
+    """Do ``act`` to the schedule named ``name`` and go back to the workers page; the
+    not-found page if there is no such schedule."""
+    form = await _posted(request)
+    if isinstance(form, Response):
+        return form
+    try:
+        found = await act(name)
+    except ValidationError as exc:  # a name no schedule can have
+        return _render(request, "missing.html", status=404, message=str(exc))
+    if not found:
+        message = f"no schedule named {name!r}"
+        return _render(request, "missing.html", status=404, message=message)
+    notice = urlencode({"done": f"{done} schedule {name}"})
+    return RedirectResponse(f"/workers?{notice}", status_code=303)
 
 
 @router.get(LOGIN, response_class=HTMLResponse)
