@@ -44,6 +44,7 @@ async def test_a_worker_start_analyzes_a_freshly_loaded_backlog(
         plan = conn.execute(
             sql.SQL(
                 "EXPLAIN SELECT id FROM {}.runs r WHERE r.status IN ('pending','waiting','running')"
+                " AND r.concurrency_key IS NULL"
                 " AND r.available_at <= now() AND (r.workflow, r.version) IN"
                 " (SELECT * FROM unnest(ARRAY['backlog'], ARRAY[1]))"
                 " ORDER BY r.priority, r.available_at LIMIT 10 FOR UPDATE OF r SKIP LOCKED"
