@@ -273,9 +273,10 @@ _LIMITED_CLAIMS = itertools.count()
 _PLAIN_CLAIMS = itertools.count()
 
 
-def plain_claim_keyed() -> bool:
-    """Whether this plain claim also looks for runs with a lane (one in eight)."""
-    return next(_PLAIN_CLAIMS) % 8 == 0
+def plain_claim_params() -> dict[str, Any]:
+    """The ``claim_runs`` query's own parameter: whether this claim also looks for runs
+    with a lane (one in eight)."""
+    return {"keyed": next(_PLAIN_CLAIMS) % 8 == 0}
 
 
 def _child_keys(child: NewRun) -> dict[str, str | None]:

@@ -4,11 +4,10 @@ Round trips (the hot paths):
 
 * `claim_runs`: one statement (lock with SKIP LOCKED, update, log events, return
   each run with its journal and waits as JSON).
-* `apply`: one pipelined transaction for the whole batch (BEGIN, one statement per
-  transition, COMMIT, then one sync: one round trip). Transitions without waits or children are one
-  data-modifying statement each; the others call the plpgsql ``apply_transition``.
-  Only when a journal key already held a final row does a second, read-only query
-  fetch those rows (after commit: final rows never change).
+* `apply`: one pipelined transaction per batch (BEGIN, a statement per transition,
+  COMMIT, one sync: one round trip); a transition without waits or children is one
+  statement, the others call the plpgsql ``apply_transition``. Only when a journal
+  key already held a final row does a read-only query fetch it (after commit).
 * producers (`create_run`, `deliver_signal`, `publish`, `cancel_run`): one call of
   the plpgsql function that SQL producers call too.
 
@@ -65,7 +64,7 @@ from ._convert import (
     limited_claim_params,
     list_runs_params,
     new_run_params,
-    plain_claim_keyed,
+    plain_claim_params,
     run_from_row,
     step_from_row,
     transition_params,
@@ -379,9 +378,9 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             "worker": params.worker_id,
             "limit": params.limit,
             "lease": float(params.lease_seconds),
+            **plain_claim_params(),  # a limited claim's own parameters replace it
         }
         if not params.limits:
-            values["keyed"] = plain_claim_keyed()
             rows = await self._db.all(QUERIES["claim_runs"], values, unsynced=True)
         else:
             rows = await self._db.all(
