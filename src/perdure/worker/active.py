@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +20,11 @@ from ..records import Release, Transition
 log = logging.getLogger("perdure.worker")
 
 __all__ = ["ActiveRuns"]
+
+#: The pass outcomes that end a run (its "done" notice follows), and how many of the
+#: latest such ends a worker remembers.
+_ENDS = frozenset({"completed", "failed", "cancelled"})
+_ENDED_KEPT = 4096
 
 
 @dataclass(slots=True)
@@ -33,6 +39,8 @@ class ActiveRuns:
     def __init__(self, on_end: Callable[[], None]) -> None:
         self._runs: dict[str, _Active] = {}
         self._on_end = on_end
+        self._ended: deque[str] = deque(maxlen=_ENDED_KEPT)  # passes ended here, latest last
+        self._ended_ids: set[str] = set()
         #: True while a lease renewal failed and is still owed (after an outage).
         self.renewal_owed = False
 
@@ -51,7 +59,10 @@ class ActiveRuns:
     async def _execute(self, run_id: str, execution: Execution) -> None:
         refilled = False  # its commit handed it tasks that took its slot: no wake-up
         try:
-            refilled = (await execution.execute()).handed_over > 0
+            result = await execution.execute()
+            refilled = result.handed_over > 0
+            if result.outcome in _ENDS:
+                self._note_ended(run_id)
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -62,6 +73,17 @@ class ActiveRuns:
                 del self._runs[run_id]
             if not refilled:
                 self._on_end()
+
+    def _note_ended(self, run_id: str) -> None:
+        if len(self._ended) == self._ended.maxlen:
+            self._ended_ids.discard(self._ended[0])
+        self._ended.append(run_id)
+        self._ended_ids.add(run_id)
+
+    def ended_here(self, run_id: str | None) -> bool:
+        """True if ``run_id`` lately ended (completed, failed, cancelled) in a pass on
+        this worker, whose end already woke the claim loop."""
+        return run_id in self._ended_ids
 
     def cancel(self, run_id: str, reason: str) -> None:
         """Stop one run's pass without writing anything more (if this worker runs it)."""

@@ -512,12 +512,13 @@ class Worker:
             log.warning("could not fail poison run %s: %s", run.id, exc)
 
     def _on_notice(self, notice: Notice) -> None:
+        # With limits, another worker's run ending may free a slot (this worker's own
+        # ends woke the claim loop already).
+        freed = notice.kind == "done" and not self._active.ended_here(notice.run_id)
         if notice.kind == "cancel" and notice.run_id is not None:
             self._active.cancel(notice.run_id, "cancelled")
-        elif self._wakeup is not None and (
-            notice.kind == "wake" or (notice.kind == "done" and self._limits)
-        ):
-            self._wakeup.set()  # with limits, a run's end may free a slot
+        elif self._wakeup is not None and (notice.kind == "wake" or (freed and self._limits)):
+            self._wakeup.set()
 
     async def _heartbeat_loop(self, backend: Backend) -> None:
         """Renew the leases of the runs this worker executes, every third of the lease.
