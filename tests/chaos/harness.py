@@ -266,7 +266,7 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def log_tail(self, chars: int = 3000) -> str:
+    def log_tail(self, chars: int = 12000) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
@@ -294,8 +294,20 @@ class WorkerProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.dump()
             self.kill()
             return self.proc.wait(10)
+
+    def dump(self) -> None:
+        """Have the worker log what it waits on (SIGUSR1), for a failure's report."""
+        if self.alive():
+            size = self.log_path.stat().st_size
+            os.kill(self.pid, signal.SIGUSR1)
+            wait_until(
+                lambda: "end of the dump" in self.log_path.read_text(errors="replace")[size:],
+                10,
+                "the worker's dump",
+            )
 
 
 def spawn_worker(
@@ -466,6 +478,16 @@ class WorkerPool:
             self._thaw(everyone=True)
             workers = [w for w in self.slots if w is not None and w.alive()]
         return [w.stop() for w in workers]
+
+    def dumps(self) -> list[str]:
+        """Each live worker's log after it logged what it waits on (for a failure)."""
+        with self._lock:
+            self._thaw(everyone=True)
+            workers = [w for w in self.slots if w is not None and w.alive()]
+        for w in workers:
+            with contextlib.suppress(AssertionError, OSError):
+                w.dump()
+        return [f"--- worker {w.pid} ---\n{w.log_tail()}" for w in workers]
 
     def kill_all(self) -> None:
         self._stop.set()
@@ -851,6 +873,7 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
         pool.stop_killing()
         if problems:
             problems.append(dump_state(probe))
+            problems += pool.dumps()
         pool.shutdown()
     finally:
         pool.kill_all()
@@ -990,6 +1013,14 @@ def dump_state(probe: Probe, limit: int = 20) -> str:
             lines.append(f"  {r} journal={keys} waits={waits} signals={signals}")
         workers = probe.retry("SELECT id, pid, last_seen_at, stopped_at FROM workers", timeout=10)
         lines.append(f"  workers: {workers}")
+        if probe.kind == "postgres":  # who holds what: a session left in a transaction?
+            sessions = probe.retry(
+                "SELECT pid, state, wait_event_type, wait_event, now() - xact_start, "
+                "left(query, 100) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                timeout=10,
+            )
+            lines += [f"  session {s}" for s in sessions]
         return "\n".join(lines)
     except Exception as exc:
         return f"state dump failed: {exc}"

@@ -112,6 +112,21 @@ def test_worker_in_a_separate_process_runs_what_this_process_starts(
     assert code == 0, out
 
 
+def test_sigusr1_logs_what_the_worker_is_waiting_on(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app = _app(database, tmp_path)
+    proc = _spawn_worker(env, tmp_path)
+    try:
+        app.run("greet", "ada", timeout=30)  # it serves: its signal handlers are set
+        proc.send_signal(signal.SIGUSR1)  # handled before the SIGTERM that follows
+    finally:
+        code, out = _stop(proc)
+        app.close()
+    assert code == 0, out
+    dump = out.split("what this worker is waiting on (SIGUSR1):", 1)[1].split("end of the dump")[0]
+    assert "--- task perdure-heartbeat (awaiting" in dump, out
+    assert "--- thread MainThread" in dump, out
+
+
 def test_sigterm_is_graceful_the_in_flight_step_commits_and_the_run_is_released(
     database,
     env,

@@ -151,6 +151,8 @@ class Runner:
         if self._deadline_error is not None:
             return await self._finish(Fail(self._deadline_error), "failed")
         if self._control.abandoned is not None:
+            if body.done() and not body.cancelled():
+                body.exception()  # how an abandoned body ended is not reported
             return PassResult("abandoned")
         if body.cancelled():
             self._control.abandoned = "cancelled"

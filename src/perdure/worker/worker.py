@@ -3,7 +3,7 @@
 Three ways to run one (DESIGN §4):
 
 * ``app.worker(...).run()``: foreground; SIGTERM/SIGINT stop it gracefully (a second
-  signal stops it at once).
+  signal stops it at once); SIGUSR1 logs what it is waiting on (`dump`).
 * ``with app.worker(...):``: in a background thread, for tests and scripts.
 * ``await app.worker(...).serve()``: inside the caller's event loop.
 
@@ -52,6 +52,7 @@ from ..telemetry.endpoint import MetricsEndpoint
 from ..telemetry.live import current as current_telemetry
 from .active import ActiveRuns
 from .committer import Committer
+from .dump import dump_tasks
 from .handoff import HandOffs
 from .idle import defer_unavailable, time_to_next_wake
 from .options import check_options
@@ -218,10 +219,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         try:
             await self.serve()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)
 
     def _on_signal(self) -> None:
