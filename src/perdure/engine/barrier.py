@@ -114,23 +114,28 @@ class ParkBarrier:
     async def drive(self, body: asyncio.Task[Any]) -> None:
         """Wait for the body to end, parking it once it is quiescent."""
         while not body.done():
+            # Cleared before the state is read: a change from here on is seen, even
+            # one made while the barrier waits for the loop to settle.
             self._changed.clear()
+            if self.requests and self._working == 0:
+                if await self._settled():
+                    await self._park(body)
+                    return
+                continue  # it changed meanwhile: read it again
             waiter = asyncio.ensure_future(self._changed.wait())
             try:
                 await asyncio.wait({body, waiter}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 waiter.cancel()
-            if body.done():
-                return
-            if self.requests and self._working == 0 and await self._settled():
-                for request in self.requests:
-                    if not request.future.done():
-                        request.future.set_exception(ParkSignal())
-                done, _ = await asyncio.wait({body}, timeout=30)
-                if not done:  # the body swallowed ParkSignal and went on: stop it
-                    body.cancel()
-                    await asyncio.wait({body})
-                return
+
+    async def _park(self, body: asyncio.Task[Any]) -> None:
+        for request in self.requests:
+            if not request.future.done():
+                request.future.set_exception(ParkSignal())
+        done, _ = await asyncio.wait({body}, timeout=30)
+        if not done:  # the body swallowed ParkSignal and went on: stop it
+            body.cancel()
+            await asyncio.wait({body})
 
     async def quiesce(self) -> None:
         """Let steps still executing in other branches reach their commit."""

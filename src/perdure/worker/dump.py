@@ -13,6 +13,7 @@ import logging
 import sys
 import threading
 import traceback
+from types import FrameType
 
 log = logging.getLogger("perdure.worker")
 
@@ -26,13 +27,26 @@ def dump_tasks() -> None:
     out.write(f"{len(tasks)} task(s):\n")
     for task in tasks:
         out.write(f"--- task {task.get_name()} ({_state(task)})\n")
-        for frame in task.get_stack(limit=12):
+        for frame in _await_chain(task.get_coro())[:16]:
             out.write("".join(traceback.format_stack(frame, limit=1)))
     names = {t.ident: t.name for t in threading.enumerate()}
     for ident, frame in sys._current_frames().items():
         out.write(f"--- thread {names.get(ident, ident)}\n")
         out.write("".join(traceback.format_stack(frame, limit=8)))
     log.warning("what this worker is waiting on (SIGUSR1):\n%send of the dump", out.getvalue())
+
+
+def _await_chain(coro: object) -> list[FrameType]:
+    """The frames of a suspended coroutine and of what it awaits, outermost first
+    (`Task.get_stack` gives only the outermost)."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
 
 
 def _state(task: asyncio.Task[object]) -> str:
