@@ -32,7 +32,7 @@ from tests.chaos.harness import (
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
-TRIALS = int(os.environ.get("CHAOS_RESTART_TRIALS", "35"))
+TRIALS = int(os.environ.get("CHAOS_RESTART_TRIALS", "25"))
 RUNS_PER_TRIAL = 3
 LEASE = 60.0
 #: A trial's runs must end this long after the database is back: reconnecting and

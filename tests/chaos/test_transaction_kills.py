@@ -25,7 +25,7 @@ from tests.ledger import Ledger
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-TRIALS = int(os.environ.get("CHAOS_KILL_TRIALS", "35"))
+TRIALS = int(os.environ.get("CHAOS_KILL_TRIALS", "25"))
 RUNS = 30
 STEPS = 4
 

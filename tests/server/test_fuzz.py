@@ -34,7 +34,7 @@ def test_no_generated_request_gets_a_server_error(database, tmp_path: Path) -> N
                 "--checks",
                 CHECKS,
                 "--max-examples",
-                "35",
+                "25",
                 # a run's stream lasts as long as the run: fuzzed runs never end
                 "--exclude-path-regex",
                 "/stream$",
