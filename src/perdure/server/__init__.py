@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from .._tasks import cancel_and_wait
 from .._version import __version__
 from ..app import App
 from ..maintenance import sweep_forever
@@ -48,8 +49,7 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
         try:
             yield
         finally:
-            sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            await cancel_and_wait([sweeper])
             await app.close_async()
 
     api = FastAPI(

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from .._logging import quiet_repeats
+from .._tasks import cancel_and_wait
 from ..backends.base import Backend
 from ..durations import Duration
 from ..engine.flow_task import TaskExecution
@@ -361,9 +362,7 @@ class Worker:
             await self._claim_loop(backend, pairs, services, handoffs)
         finally:
             await self._shutdown(backend, committer)
-            for task in side_tasks:
-                task.cancel()
-            await asyncio.gather(*side_tasks, return_exceptions=True)
+            await cancel_and_wait(side_tasks)
             await unsubscribe()
             if endpoint is not None:
                 await endpoint.close()

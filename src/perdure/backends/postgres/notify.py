@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ..._tasks import cancel_and_wait
 from ...records import Notice
 from ..base import NoticeCallback, Unsubscribe, deliver
 
@@ -113,9 +114,7 @@ class Listener:
         """Stop the loop and close its connection. Idempotent."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait([task])
         await self._close()
         self._callbacks.clear()
 
