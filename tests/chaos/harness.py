@@ -294,7 +294,8 @@ class WorkerProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.dump()
+            with contextlib.suppress(AssertionError, OSError):  # a frozen worker: kill it still
+                self.dump()
             self.kill()
             return self.proc.wait(10)
 
