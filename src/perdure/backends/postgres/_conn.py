@@ -184,30 +184,20 @@ class PgConnections:
         params: dict[str, Any] | None = None,
         *,
         prepare: bool = True,
-        unsynced: bool = False,
-        before: LiteralString | None = None,
     ) -> Rows:
         """Run one autocommit statement and fetch its rows. A deadlock or serialization
         failure rolled the statement back entirely, so it is retried.
 
-        ``unsynced`` commits without waiting for the WAL flush (``synchronous_commit =
-        off``), still in one round trip. Only for writes whose loss in a database crash
-        is harmless: claims and lease renewals. A lost claim leaves the run claimable
-        again, and any later durable write of that worker either flushes the claim
-        first (the WAL is sequential) or is rejected by the fence. ``before`` (with
-        ``unsynced``) is a statement sent first in the same transaction (a lock).
+        A statement whose loss in a database crash is harmless (claims, lease
+        renewals) calls ``commit_unsynced()`` in its own SQL: it commits without
+        waiting for the WAL flush, still one statement. A lost claim leaves the run
+        claimable again, and any later durable write of that worker either flushes
+        the claim first (the WAL is sequential) or is rejected by the fence.
         """
 
         async def once() -> Rows:
             async with self.connection() as conn:
-                if unsynced:
-                    async with pipelined_transaction(conn):
-                        await conn.execute(QUERIES["commit_unsynced"])
-                        if before is not None:
-                            await conn.execute(before)
-                        cur = await conn.execute(query, params)
-                else:
-                    cur = await conn.execute(query, params, prepare=None if prepare else False)
+                cur = await conn.execute(query, params, prepare=None if prepare else False)
                 rows: Rows = await cur.fetchall()
                 return rows
 

@@ -293,7 +293,7 @@ def _child_keys(child: NewRun) -> dict[str, str | None]:
 def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict[str, Any]:
     """The limits of the ``claim_runs_limited`` query, one array per field; with
     ``stray`` (default: every eighth call), the claim also looks for runs of limited
-    workflows without a lane."""
+    workflows without a lane and runs of the others with one (``claim_strays``)."""
     if stray is None:
         stray = next(_LIMITED_CLAIMS) % 8 == 0
     limits = params.limits
@@ -307,7 +307,6 @@ def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict
         "l_fifo": [lim.fifo for lim in limits],
         "plain_workflows": sorted({name for name, _ in params.workflows} - limited),
         "scan": 4 * params.limit + 16 if stray else 0,
-        "keyed": stray,
     }
 
 

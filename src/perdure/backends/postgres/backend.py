@@ -381,13 +381,10 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             **plain_claim_params(),  # a limited claim's own parameters replace it
         }
         if not params.limits:
-            rows = await self._db.all(QUERIES["claim_runs"], values, unsynced=True)
+            rows = await self._db.all(QUERIES["claim_runs"], values)
         else:
             rows = await self._db.all(
-                QUERIES["claim_runs_limited"],
-                values | limited_claim_params(params),
-                unsynced=True,
-                before=QUERIES["claim_limits_lock"],
+                QUERIES["claim_runs_limited"], values | limited_claim_params(params)
             )
         return [claim_from_row(row) for row in rows]
 
@@ -402,7 +399,6 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
                 "tokens": [token for _, token in held],
                 "lease": float(lease_seconds),
             },
-            unsynced=True,
         )
         return {row[0] for row in rows}
 
@@ -495,7 +491,6 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
                 "grace": float(params.grace_seconds),
                 "limit": int(params.limit),
             },
-            unsynced=True,
         )
         return [str(row[0]) for row in rows]
 

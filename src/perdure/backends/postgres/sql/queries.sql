@@ -71,10 +71,6 @@ BEGIN
 -- Commit an apply batch.
 COMMIT
 
--- name: commit_unsynced
--- Commit the current transaction without waiting for its WAL flush (claims, leases).
-SET LOCAL synchronous_commit TO off
-
 -- name: now
 -- The database clock.
 SELECT perdure_now()
@@ -362,6 +358,7 @@ claimed AS (
         {{_new_lease}}
     FROM due
     WHERE r.id = due.id
+      AND commit_unsynced()  -- a claim's loss in a crash is harmless
     RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
 ),
 {{_claim_end}}
@@ -370,7 +367,8 @@ claimed AS (
 -- Renew the leases still held (same token, running), locking rows in id order, and
 -- touch the worker's last_seen_at; returns the ids still held.
 WITH seen AS (
-    UPDATE workers SET last_seen_at = perdure_now() WHERE id = %(worker)s
+    UPDATE workers SET last_seen_at = perdure_now()
+    WHERE id = %(worker)s AND commit_unsynced()  -- a renewal's loss is harmless
 ),
 held AS (
     SELECT r.id
@@ -385,7 +383,7 @@ UPDATE runs AS r SET
     lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
     available_at = perdure_now() + make_interval(secs => %(lease)s::double precision)
 FROM held
-WHERE r.id = held.id
+WHERE r.id = held.id AND commit_unsynced()
 RETURNING r.id
 
 -- name: release_orphans
@@ -605,7 +603,7 @@ WITH due AS (
         available_at = perdure_now() + make_interval(secs => d.delay),
         updated_at = perdure_now()
     FROM delays d
-    WHERE r.id = d.id
+    WHERE r.id = d.id AND commit_unsynced()  -- parked again by the next pass if lost
     RETURNING r.id, d.version, d.delay
 ), logged AS (
     INSERT INTO events (run_id, type, data)
@@ -630,23 +628,11 @@ WHERE n.nspname = current_schema() AND c.relname = 'runs'
 -- Refresh the planner statistics of runs, so claims keep using the claim index.
 ANALYZE runs
 
--- name: claim_limits_lock
--- Serialize the limited claims of this schema: sent in the claim's transaction before
--- claim_runs_limited, so that statement's snapshot sees every earlier limited claim
--- (its counts are exact, and racing workers never overshoot a limit).
-SELECT pg_advisory_xact_lock(hashtextextended('perdure.claim-limits:' || current_schema(), 0))
-
 -- name: claim_runs_limited
 -- claim_runs under flow-control limits: limited_candidates() picks them (see docs/flow-control.md).
 WITH served AS (
     SELECT p.workflow, p.version
     FROM claim_served(%(workflows)s::text[], %(versions)s::integer[]) AS p
-),
-lim AS (
-    SELECT l.workflow
-    FROM claim_limits(%(l_workflows)s::text[], %(l_concurrency)s::integer[],
-                      %(l_key_concurrency)s::integer[], %(l_rate)s::integer[],
-                      %(l_period)s::double precision[], %(l_fifo)s::boolean[]) AS l
 ),
 admitted AS (
     SELECT a.id, a.priority, a.lane_rank, a.available_at
@@ -668,44 +654,15 @@ plain AS (
     ORDER BY r.priority, r.available_at
     LIMIT %(limit)s::integer
 ),
-keyed AS (
-    -- Runs with a lane of the workflows served without limits (as in claim_runs).
-    SELECT k.id, k.priority, 1::bigint AS lane_rank, k.available_at
-    FROM unnest(%(plain_workflows)s::text[]) AS w(workflow)
-    CROSS JOIN LATERAL (
-        SELECT r.id, r.priority, r.available_at
-        FROM runs r
-        WHERE %(keyed)s::boolean
-          AND r.workflow = w.workflow
-          AND r.status IN ('pending', 'waiting', 'running')
-          AND r.concurrency_key IS NOT NULL
-          AND r.available_at <= perdure_now()
-          AND (r.version IS NULL OR (r.workflow, r.version) IN (SELECT s.workflow, s.version
-                                                               FROM served s))
-        ORDER BY r.concurrency_key, r.priority, r.available_at
-        LIMIT %(limit)s::integer
-    ) k
-),
 stray AS (
-    SELECT q.id, q.priority, 1::bigint AS lane_rank, q.available_at
-    FROM (
-        SELECT r.id, r.priority, r.available_at, r.workflow
-        FROM runs r
-        WHERE %(scan)s::integer > 0
-          AND r.status IN ('pending', 'waiting', 'running')
-          AND r.concurrency_key IS NULL
-          AND r.available_at <= perdure_now()
-          AND ((r.workflow, r.version) IN (SELECT s.workflow, s.version FROM served s)
-               OR (r.version IS NULL AND r.workflow IN (SELECT s.workflow FROM served s)))
-        ORDER BY r.priority, r.available_at
-        LIMIT %(scan)s::integer
-    ) q
-    WHERE q.workflow IN (SELECT l.workflow FROM lim l)
+    SELECT t.id, t.priority, t.lane_rank, t.available_at
+    FROM claim_strays(%(workflows)s::text[], %(versions)s::integer[],
+                      %(plain_workflows)s::text[], %(l_workflows)s::text[],
+                      %(limit)s::integer, %(scan)s::integer) AS t
 ),
 picked AS (
     SELECT a.id FROM (
-        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM keyed
-        UNION ALL SELECT * FROM stray
+        SELECT * FROM admitted UNION ALL SELECT * FROM plain UNION ALL SELECT * FROM stray
     ) a
     ORDER BY a.priority, a.lane_rank, a.available_at
     LIMIT %(limit)s::integer
@@ -733,6 +690,7 @@ claimed AS (
     FROM due
     WHERE r.id = due.id
       AND r.id = ANY(ARRAY(SELECT d.id FROM due d))  -- by primary key, whatever the plan
+      AND commit_unsynced()  -- a claim's loss in a crash is harmless
     RETURNING r.*, due.status AS previous_status, due.lease_owner AS previous_owner
 ),
 {{_claim_end}}

@@ -11,13 +11,51 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 4 SET search_path FROM CURRENT AS $$
     SELECT * FROM unnest(p_workflows, p_versions)
 $$;
 
--- The limits of the served workflows that declare any.
-CREATE OR REPLACE FUNCTION claim_limits(
-    p_workflows text[], p_concurrency integer[], p_key_concurrency integer[],
-    p_rate integer[], p_period double precision[], p_fifo boolean[]
+-- The runs a limited claim also looks for on one claim in eight (p_scan > 0): runs
+-- with a lane of the workflows served without limits (started under limits since
+-- removed), workflow by workflow through the lane index; and runs without a lane of
+-- the limited workflows (started before their limits were declared), among the first
+-- p_scan due runs. A function so the claim's own text stays under psycopg's 4 KB
+-- parse cache (tests/backends/test_postgres_claim_statements.py).
+CREATE OR REPLACE FUNCTION claim_strays(
+    p_workflows text[], p_versions integer[], p_plain text[], p_limited text[],
+    p_limit integer, p_scan integer
 )
-RETURNS TABLE (workflow text, concurrency integer, key_concurrency integer, rate integer,
-               period double precision, fifo boolean)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 2 SET search_path FROM CURRENT AS $$
-    SELECT * FROM unnest(p_workflows, p_concurrency, p_key_concurrency, p_rate, p_period, p_fifo)
+RETURNS TABLE (id text, priority integer, lane_rank bigint, available_at timestamptz)
+LANGUAGE plpgsql STABLE ROWS 4 SET search_path FROM CURRENT AS $$
+BEGIN
+    IF p_scan <= 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT k.id, k.priority, 1::bigint, k.available_at
+        FROM unnest(p_plain) AS w(workflow)
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.priority, r.available_at
+            FROM runs r
+            WHERE r.workflow = w.workflow
+              AND r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NOT NULL
+              AND r.available_at <= perdure_now()
+              AND (r.version IS NULL OR (r.workflow, r.version) IN (
+                    SELECT s.workflow, s.version FROM claim_served(p_workflows, p_versions) s))
+            ORDER BY r.concurrency_key, r.priority, r.available_at
+            LIMIT p_limit
+        ) k;
+    RETURN QUERY
+        SELECT q.id, q.priority, 1::bigint, q.available_at
+        FROM (
+            SELECT r.id, r.priority, r.available_at, r.workflow
+            FROM runs r
+            WHERE r.status IN ('pending', 'waiting', 'running')
+              AND r.concurrency_key IS NULL
+              AND r.available_at <= perdure_now()
+              AND ((r.workflow, r.version) IN (
+                      SELECT s.workflow, s.version FROM claim_served(p_workflows, p_versions) s)
+                   OR (r.version IS NULL AND r.workflow = ANY(p_workflows)))
+            ORDER BY r.priority, r.available_at
+            LIMIT p_scan
+        ) q
+        WHERE q.workflow = ANY(p_limited);
+END
 $$;

@@ -8,8 +8,14 @@
 -- lanes offered a run of the best due priority), the lane's first due runs within its key_concurrency and, for
 -- a FIFO workflow, only the oldest live run of a FIFO key. Those go round-robin
 -- (priority, then lane rank, then due time) through the rate limit (starts of the
--- last period per rate key) and the workflow's concurrency, up to p_limit. The caller
--- holds the advisory lock of limited claims, so the counts are exact.
+-- last period per rate key) and the workflow's concurrency, up to p_limit.
+--
+-- The counts are exact: the function first takes the advisory lock that serializes
+-- the limited claims of this schema (held to the end of the claim's transaction), and
+-- as a VOLATILE function each of its statements reads a fresh snapshot, taken after
+-- the lock, that sees every earlier limited claim. Racing workers never overshoot a
+-- limit. (The calling statement's own snapshot is older: a run it then locks was
+-- rechecked on its newest version, so one another claim took is skipped.)
 --
 -- A workflow whose only limit is its concurrency has one lane ('') and needs no walk:
 -- its first due runs, up to the slots it has left, in one statement.
@@ -52,6 +58,8 @@ DECLARE
     v_heads integer[];
     v_count integer;
 BEGIN
+    PERFORM pg_advisory_xact_lock(
+        hashtextextended('perdure.claim-limits:' || current_schema(), 0));
     FOR v_lim IN
         SELECT * FROM unnest(p_l_workflows, p_l_concurrency, p_l_key_concurrency, p_l_rate,
                              p_l_period, p_l_fifo)
