@@ -14,6 +14,7 @@ from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 from perdure.backends.postgres._conn import QUERIES
 from perdure.backends.postgres._convert import limited_claim_params, plain_claim_params
+from perdure.backends.postgres._flows import Q as FLOW_QUERIES
 from perdure.records import ClaimParams, WorkflowLimits
 
 pytestmark = pytest.mark.postgres
@@ -96,7 +97,7 @@ def test_other_writes_wait_for_the_flush(conn: psycopg.Connection[Any]) -> None:
 def test_every_query_is_parsed_once() -> None:
     too_long = {
         name: len(query.encode())
-        for name, query in QUERIES.items()
+        for name, query in (QUERIES | FLOW_QUERIES).items()
         if len(query.encode()) > MAX_CACHED_STATEMENT_LENGTH
     }
     assert not too_long, f"over psycopg's parse cache ({MAX_CACHED_STATEMENT_LENGTH} bytes)"
