@@ -378,10 +378,9 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             "worker": params.worker_id,
             "limit": params.limit,
             "lease": float(params.lease_seconds),
-            **plain_claim_params(),  # a limited claim's own parameters replace it
         }
         if not params.limits:
-            rows = await self._db.all(QUERIES["claim_runs"], values)
+            rows = await self._db.all(QUERIES["claim_runs"], values | plain_claim_params())
         else:
             rows = await self._db.all(
                 QUERIES["claim_runs_limited"], values | limited_claim_params(params)
