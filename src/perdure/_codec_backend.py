@@ -164,13 +164,14 @@ class CodecBackend(Backend):
 
     # ------------------------------------------------------------------ producers
 
-    async def create_run(self, new: NewRun) -> CreateResult:
-        result = await self.inner.create_run(self._new_run(new))
+    async def create_run(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
+        result = await self.inner.create_run(self._new_run(new), claim)
         run = self._run(result.run)
         differs = result.input_differs
         if differs:  # the codec's text may differ for equal values (a random nonce)
             differs = run.input != json.loads(new.input_json)
-        return replace(result, run=run, input_differs=differs)
+        leased = None if result.claim is None else self._claim(result.claim)
+        return replace(result, run=run, input_differs=differs, claim=leased)
 
     async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
         return await self.inner.cancel_run(run_id, rollback)

@@ -45,6 +45,7 @@ from .settings import Settings
 from .telemetry.tracing import current_traceparent
 from .validation import check_int, check_key, check_time
 from .worker import Worker
+from .worker.handoff import LocalStarts
 from .workflow import Body, Registry, define_workflow
 
 __all__ = ["App"]
@@ -90,6 +91,7 @@ class App(Recovery, Steering, ScheduleClient):
         self.redaction = Redaction(redact)
         self._registry = Registry()
         self._portal = Portal()
+        self._local_starts = LocalStarts()  # this app's workers serving in this process
         self._connections = Connections(
             self.settings, self._registry, migrate=migrate, codec=self.codec
         )
@@ -270,6 +272,7 @@ class App(Recovery, Steering, ScheduleClient):
             shutdown_timeout=shutdown_timeout,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            local_starts=self._local_starts,
         )
 
     # ------------------------------------------------------------------ backends
@@ -443,7 +446,10 @@ class App(Recovery, Steering, ScheduleClient):
             limits = None if definition is None else definition.limits
             new = flow_control(new, limits, debounce_key, debounce, options)
         backend = await self._backend()
-        result = await (backend.start_flow(new) if flow is not None else backend.create_run(new))
+        if flow is not None:
+            result = await backend.start_flow(new)
+        else:  # handed to a worker of this app in this process when one has a free slot
+            result = await self._local_starts.create(backend, new)
         warning = None
         if not registered and result.run.version is None:
             warning = (

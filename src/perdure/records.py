@@ -214,12 +214,15 @@ class NewRun:
 
 @dataclass(frozen=True, slots=True)
 class CreateResult:
-    """Result of `Backend.create_run`: the run, whether this call created it, and
-    whether an existing run it returned has another input than the call gave."""
+    """Result of `Backend.create_run`: the run, whether this call created it, whether
+    an existing run it returned has another input than the call gave, and the claim
+    of a run created already leased."""
 
     run: Run
     created: bool
     input_differs: bool = False
+    #: the new run, leased to the worker a ``create_run(..., claim=...)`` named
+    claim: Claim | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,8 +163,14 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ producers
 
     @abc.abstractmethod
-    async def create_run(self, new: NewRun) -> CreateResult:
+    async def create_run(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
         """Insert a run (status ``pending``) and its ``created`` event; notify ``wake``.
+
+        With ``claim`` (a worker of the starting process took the start): a run this
+        call creates is leased to ``claim.worker_id`` for ``claim.lease_seconds`` in the
+        same transaction, as `claim_runs` leases one (status ``running``, a new token,
+        ``started_at``, ``claims_since_progress`` 1, a ``claimed`` event after
+        ``created``), without a ``wake`` notice, and returned as ``result.claim``.
 
         With an id or (workflow, idempotency key) that already exists, return the
         existing run with ``created=False`` (also under concurrent calls: exactly one

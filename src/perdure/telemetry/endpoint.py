@@ -14,7 +14,7 @@ from ..records import QueueGauge
 from .exposition import CONTENT_TYPE, render, require
 from .live import enable_metrics
 
-__all__ = ["MetricsEndpoint"]
+__all__ = ["MetricsEndpoint", "serve_metrics"]
 
 log = logging.getLogger("perdure.worker")
 
@@ -99,6 +99,19 @@ class MetricsEndpoint:
             return
         data = await body()
         write(_response(200, b"" if parts[0] == b"HEAD" else data, CONTENT_TYPE, len(data)))
+
+
+async def serve_metrics(
+    backend: Backend, workflows: Sequence[str], at: tuple[str, int] | None
+) -> MetricsEndpoint | None:
+    """A started endpoint for a worker serving ``workflows``, listening at ``at``
+    (host, port); None when ``at`` is None."""
+    if at is None:
+        return None
+    host, port = at
+    endpoint = MetricsEndpoint(backend, workflows, port, host)
+    await endpoint.start()
+    return endpoint
 
 
 def _response(status: int, data: bytes, content_type: str, length: int | None = None) -> bytes:

@@ -1,24 +1,34 @@
-"""Claim on complete, the worker's side: slots for the DAG-flow tasks a completing
-task's commit may be handed (`Transition.claim`), and starting what it was handed.
+"""Runs handed to a worker without a claim query, and the slots they take.
 
-A task's completing commit may lease tasks of the same flow run to this worker in
-its own transaction (no claim query, no wake-up). The slots it may fill are
-reserved while the commit is in flight: the completing task's own slot plus the
-free slots nobody else reserved. The claim loop reserves the slots of its claim the
-same way, so the two never take more than ``concurrency`` runs between them.
+Two hand-offs skip the claim loop:
+
+* Claim on complete (`Transition.claim`): a DAG-flow task's completing commit may
+  lease tasks of the same flow run to this worker in its own transaction.
+* Starts in this process (`LocalStarts`): a start of a workflow this worker serves,
+  made while it has a free slot, is inserted already leased to it
+  (`Backend.create_run` with ``claim``) and handed over: no notice, no wake-up, no
+  claim. The start may come from any thread.
+
+The slots a hand-off may fill are reserved while its commit is in flight. The claim
+loop reserves the slots of its claim the same way, under the same lock, so together
+they never take more than ``concurrency`` runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Collection, Sequence
 
-from ..records import Claim, ClaimParams
+from ..backends.base import Backend
+from ..records import Claim, ClaimParams, CreateResult, NewRun
 
-__all__ = ["HandOffs"]
+__all__ = ["HandOffs", "LocalStarts"]
 
 
 class HandOffs:
-    """Slot reservations of one worker, and the start of handed tasks."""
+    """Slot reservations of one worker, and the start of handed runs."""
 
     def __init__(
         self,
@@ -30,39 +40,169 @@ class HandOffs:
         start: Callable[[Claim], None],
         wake: Callable[[], None],
         stopping: Callable[[], bool],
+        starts: Collection[tuple[str, int]] = (),
     ) -> None:
         self._worker_id = worker_id
         self._tasks = tuple(tasks)  # the (flow:step, version) pairs with a handler here
+        self._starts = frozenset(starts)  # the workflows whose starts it may be handed
         self._lease = lease
         self._concurrency = concurrency
         self._running = running
         self._start = start
         self._wake = wake
         self._stopping = stopping
+        self._lock = threading.Lock()  # starts reserve from other threads
+        self._loop = asyncio.get_running_loop()
         #: slots held by claims and commits in flight
         self.reserved = 0
+        #: starts reserved and not yet handed over (or given up)
+        self.starting = 0
+        #: starts handed over so far
+        self.handed = 0
         #: the claim loop found no free slot while commits held some
         self.starved = False
+        self._settled: asyncio.Event | None = None  # set when the last start settled
 
     def free(self) -> int:
         """Slots neither running nor reserved."""
         return self._concurrency - self._running() - self.reserved
 
+    # ------------------------------------------------------------------ the claim loop
+
+    def hold_free(self) -> int:
+        """Reserve every free slot for a claim; how many (release them after)."""
+        with self._lock:
+            free = self.free()
+            self.starved = free <= 0 < self.reserved
+            if free > 0:
+                self.reserved += free
+            return free
+
+    def release(self, slots: int) -> None:
+        """A claim ended: free the slots `hold_free` reserved for it."""
+        with self._lock:
+            self.reserved -= slots
+
+    # ------------------------------------------------------------------ claim on complete
+
     def reserve(self) -> ClaimParams | None:
         """For a task's completing commit: what it may claim (None: nothing)."""
         if not self._tasks or self._stopping():
             return None
-        limit = max(0, self.free()) + 1  # + the slot the completing task gives up
-        self.reserved += limit
+        with self._lock:
+            limit = max(0, self.free()) + 1  # + the slot the completing task gives up
+            self.reserved += limit
         return ClaimParams(self._worker_id, self._tasks, limit, self._lease)
 
     def settle(self, params: ClaimParams | None, claims: Sequence[Claim]) -> None:
         """The commit ended: start the tasks it was handed, free its other slots."""
         if params is None:
             return
-        self.reserved -= params.limit
+        with self._lock:
+            self.reserved -= params.limit
         for claim in claims:
             self._start(claim)
         if len(claims) < params.limit and self.starved:
             self.starved = False
             self._wake()  # slots the claim loop went without are free again
+
+    # ------------------------------------------------------------------ starts (any thread)
+
+    def reserve_start(self, workflow: str, version: int) -> ClaimParams | None:
+        """A slot for a start of ``workflow`` at ``version`` (None: not served here, no
+        free slot, or stopping); `hand_start` must follow."""
+        if (workflow, version) not in self._starts or self._stopping():
+            return None
+        with self._lock:
+            if self.free() <= 0:
+                return None
+            self.reserved += 1
+            self.starting += 1
+        return ClaimParams(self._worker_id, ((workflow, version),), 1, self._lease)
+
+    def hand_start(self, claim: Claim | None) -> None:
+        """The start reserved by `reserve_start` committed (``claim``: the run it
+        leased here) or did not lease one (None: an existing run, or an error)."""
+        try:
+            self._loop.call_soon_threadsafe(self._settle_start, claim)
+        except RuntimeError:  # the worker's loop is gone: its lease runs out instead
+            with self._lock:
+                self.reserved -= 1
+                self.starting -= 1
+
+    def _settle_start(self, claim: Claim | None) -> None:
+        with self._lock:
+            self.reserved -= 1
+            self.starting -= 1
+        if not self.starting and self._settled is not None:
+            self._settled.set()
+        if claim is not None:
+            self.handed += 1
+            self._start(claim)
+        elif self.starved:
+            self.starved = False
+            self._wake()
+
+    async def starts_settled(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds) until no start is on its way here."""
+        if not self.starting:
+            return
+        self._settled = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), timeout)
+
+
+class LocalStarts:
+    """The workers of one app serving in this process, which its starts may be
+    handed to (`App.start_async`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: list[HandOffs] = []
+
+    def add(self, handoffs: HandOffs) -> None:
+        """A worker began serving."""
+        with self._lock:
+            self._workers.append(handoffs)
+
+    def remove(self, handoffs: HandOffs) -> None:
+        """A worker is stopping."""
+        with self._lock:
+            if handoffs in self._workers:
+                self._workers.remove(handoffs)
+
+    async def create(self, backend: Backend, new: NewRun) -> CreateResult:
+        """``backend.create_run(new)``, leased to a worker of this app in this process
+        that serves the workflow and has a free slot, if any (and the start has no
+        delay and no flow-control keys), and handed to it."""
+        taken = None
+        if new.version is not None and _immediate(new):
+            with self._lock:
+                workers = tuple(self._workers)
+            for handoffs in workers:
+                params = handoffs.reserve_start(new.workflow, new.version)
+                if params is not None:
+                    taken = handoffs, params
+                    break
+        if taken is None:
+            return await backend.create_run(new)
+        handoffs, params = taken
+        claim = None
+        try:
+            result = await backend.create_run(new, params)
+            claim = result.claim
+            return result
+        finally:
+            handoffs.hand_start(claim)
+
+
+def _immediate(new: NewRun) -> bool:
+    """A start due at once, outside flow control (whose claim enforces its limits)."""
+    return (
+        not new.delay
+        and new.run_at is None
+        and new.concurrency_key is None
+        and new.fifo_key is None
+        and new.rate_key is None
+        and new.debounce_key is None
+    )

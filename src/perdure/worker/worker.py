@@ -8,14 +8,15 @@ Three ways to run one (DESIGN §4):
 * ``await app.worker(...).serve()``: inside the caller's event loop.
 
 The claim loop claims as many due runs as it has free slots with one query, then
-sleeps until a notice (a start, signal or cancel from any process), a freed slot,
-the earliest wake time it knows of, or the poll interval, whichever comes first.
-Polling is the fallback, never the main path.
+sleeps until a notice (a start, signal or cancel from any process), a freed slot while
+a run may be due, the earliest wake time it knows of, or the poll interval (only a
+fallback). Starts made in this process may skip it: see `handoff`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -35,28 +36,26 @@ from ..engine.flow_task import TaskExecution
 from ..engine.run_log import log_run
 from ..engine.runner import Runner
 from ..engine.services import RunServices
-from ..engine.suspend import engine_error
-from ..errors import BackendError, ConfigurationError, PoisonRun
+from ..errors import BackendError, ConfigurationError
 from ..ids import new_worker_id
 from ..limits import claim_limits
 from ..maintenance import fire_schedules_forever, sweep_forever, sweep_once
 from ..records import (
     Claim,
     ClaimParams,
-    Fail,
     Notice,
-    Transition,
     WorkerInfo,
     WorkflowLimits,
 )
-from ..telemetry.endpoint import MetricsEndpoint
+from ..telemetry.endpoint import serve_metrics
 from ..telemetry.live import current as current_telemetry
 from .active import ActiveRuns
 from .committer import Committer
 from .dump import dump_tasks
-from .handoff import HandOffs
+from .handoff import HandOffs, LocalStarts
 from .idle import defer_unavailable, time_to_next_wake
 from .options import check_options
+from .poison import fail_poison
 from .startup import StoppedAtStart, until_reachable
 from .wakes import WakeTimes
 
@@ -93,6 +92,9 @@ class Worker:
             (0: any free port, see `metrics_port`); default: none.
         metrics_host: the address the metrics endpoint listens on. Default ``127.0.0.1``
             (``0.0.0.0`` for a scraper on another host).
+        local_starts: the app's workers in this process (`App.worker` passes it): a
+            start made in this process while this worker has a free slot is handed to
+            it already leased.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class Worker:
         shutdown_timeout: Duration | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        local_starts: LocalStarts | None = None,
     ) -> None:
         options = check_options(
             concurrency=concurrency,
@@ -130,7 +133,10 @@ class Worker:
         self.lease = options.lease
         self._poll_interval = options.poll_interval
         self.shutdown_timeout = options.shutdown_timeout
-        self._active = ActiveRuns(on_end=self._wake)
+        self._local_starts = local_starts
+        self._handoffs: HandOffs | None = None
+        self._active = ActiveRuns(on_end=self._on_run_end)
+        self._maybe_due = True  # a due run may wait unclaimed: a run's end wakes the loop
         self._own_loop = False  # run() and `with worker:` run in a loop of their own
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
@@ -197,6 +203,12 @@ class Worker:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    @property
+    def handed_starts(self) -> int:
+        """How many starts made in this process were handed to this worker already
+        leased (a free slot took them without a claim)."""
+        return 0 if self._handoffs is None else self._handoffs.handed
 
     @property
     def active_runs(self) -> list[str]:
@@ -294,7 +306,8 @@ class Worker:
         except StoppedAtStart:
             return  # stopped before the database answered
         try:
-            endpoint = await self._serve_metrics(backend, pairs)
+            endpoint = await serve_metrics(backend, [n for n, _v in pairs], self._metrics_at)
+            self.metrics_port = None if endpoint is None else endpoint.port
         except ConfigurationError:
             await self._deregister(backend)
             raise
@@ -319,6 +332,7 @@ class Worker:
             start=lambda claim: self._start(claim, services),
             wake=self._wake,
             stopping=lambda: self._stopping,
+            starts=[p for p in pairs if self._registry.get(*p) and p[0] not in limited],
         )
         services = RunServices(
             commit=committer.submit,
@@ -357,11 +371,16 @@ class Worker:
             self.concurrency,
             backend.dialect,
         )
+        self._handoffs = handoffs
+        if self._local_starts is not None:
+            self._local_starts.add(handoffs)
         self._ready.set()
         try:
             await self._claim_loop(backend, pairs, services, handoffs)
         finally:
-            await self._shutdown(backend, committer)
+            if self._local_starts is not None:
+                self._local_starts.remove(handoffs)
+            await self._shutdown(backend, committer, handoffs)
             await cancel_and_wait(side_tasks)
             await unsubscribe()
             if endpoint is not None:
@@ -378,17 +397,6 @@ class Worker:
         except BackendError as exc:
             log.warning("could not deregister worker %s: %s", self.id, exc)
 
-    async def _serve_metrics(
-        self, backend: Backend, pairs: tuple[tuple[str, int], ...]
-    ) -> MetricsEndpoint | None:
-        if self._metrics_at is None:
-            return None
-        host, port = self._metrics_at
-        endpoint = MetricsEndpoint(backend, [name for name, _v in pairs], port, host)
-        await endpoint.start()
-        self.metrics_port = endpoint.port
-        return endpoint
-
     async def _claim_loop(
         self,
         backend: Backend,
@@ -401,24 +409,27 @@ class Worker:
         failures = 0
         while not self._stopping:
             self._wakeup.clear()
-            free = handoffs.free()  # slots neither running nor held by a commit in flight
-            handoffs.starved = free <= 0 < handoffs.reserved
+            free = handoffs.hold_free()  # slots neither running nor held by a hand-off
             timeout = poll
+            if free <= 0:
+                self._maybe_due = True  # what becomes due meanwhile waits for a slot
             if free > 0:
                 try:
-                    if failures:
-                        await self._release_orphans(backend)
-                    # After an outage, renew this worker's leases before claiming, or it
-                    # would take its own runs back (their leases expired meanwhile).
-                    if self._active.renewal_owed and not await self._renew(backend):
-                        raise BackendError("the database is still unreachable")
-                    handoffs.reserved += free  # while the claim is in flight
                     try:
+                        if failures:
+                            await self._release_orphans(backend)
+                        # After an outage, renew this worker's leases before claiming, or
+                        # it would take its own runs back (their leases expired meanwhile).
+                        if self._active.renewal_owed and not await self._renew(backend):
+                            raise BackendError("the database is still unreachable")
                         claims = await backend.claim_runs(
                             ClaimParams(self.id, pairs, free, self.lease, self._limits)
                         )
+                        for claim in claims:  # running before their slots are released
+                            self._clock_offset = (claim.now - datetime.now(UTC)).total_seconds()
+                            self._start(claim, services)
                     finally:
-                        handoffs.reserved -= free
+                        handoffs.release(free)
                     failures = 0
                 except Exception as exc:  # a storage error, or a bug: never the worker's end
                     failures += 1
@@ -429,11 +440,9 @@ class Worker:
                         log.exception("claim failed unexpectedly; retrying in %.1fs", delay)
                     await self._sleep(delay)
                     continue
-                for claim in claims:
-                    self._clock_offset = (claim.now - datetime.now(UTC)).total_seconds()
-                    self._start(claim, services)
                 if len(claims) == free:
                     continue  # there may be more; loop and wait for a slot
+                self._maybe_due = False  # until a notice, a timer or the poll says otherwise
                 if not claims:
                     now = time.monotonic()
                     if now - self._deferred_at >= self.unavailable_grace:  # throttled
@@ -461,10 +470,8 @@ class Worker:
         assert self._wakeup is not None
         if timeout <= 0 or self._wakeup.is_set():
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except TimeoutError:
-            pass
 
     def _note_wake(self, when: datetime | None) -> None:
         if when is not None and self._wakes.add(when) and self._wakeup is not None:
@@ -472,16 +479,13 @@ class Worker:
 
     def _start(self, claim: Claim, services: RunServices) -> None:
         if claim.poison is not None:
-            task = asyncio.create_task(self._fail_poison(claim, services))
+            task = asyncio.create_task(fail_poison(claim, services))
             self._side.add(task)
             task.add_done_callback(self._side.discard)
             return
         definition = self._registry.get(claim.run.workflow, claim.run.version)
-        served = (
-            None
-            if definition is not None
-            else self._registry.task(claim.run.workflow, claim.run.version)
-        )
+        run = claim.run
+        served = None if definition is not None else self._registry.task(run.workflow, run.version)
         if served is not None:  # a DAG-flow task: one attempt of its step's handler
             flow, step = served
             self._active.start(claim.run.id, TaskExecution(claim, flow, step, services))
@@ -501,21 +505,12 @@ class Worker:
         self._active.start(claim.run.id, Runner(claim, definition, services))
         self.claimed += 1
 
-    async def _fail_poison(self, claim: Claim, services: RunServices) -> None:
-        """A run whose stored data cannot be decoded fails as PoisonRun; the worker lives."""
-        run = claim.run
-        message = f"the run's stored data cannot be decoded: {claim.poison}"
-        log.warning("run %s (%s) fails as PoisonRun: %s", run.id, run.workflow, message)
-        error = engine_error(PoisonRun(message))
-        try:
-            await services.commit(Transition(run.id, claim.lease_token, outcome=Fail(error)))
-        except BackendError as exc:
-            log.warning("could not fail poison run %s: %s", run.id, exc)
-
     def _on_notice(self, notice: Notice) -> None:
         # With limits, another worker's run ending may free a slot (this worker's own
         # ends woke the claim loop already).
         freed = notice.kind == "done" and not self._active.ended_here(notice.run_id)
+        if notice.kind == "wake":
+            self._maybe_due = True
         if notice.kind == "cancel" and notice.run_id is not None:
             self._active.cancel(notice.run_id, "cancelled")
         elif self._wakeup is not None and (notice.kind == "wake" or (freed and self._limits)):
@@ -541,8 +536,14 @@ class Worker:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    async def _shutdown(self, backend: Backend, committer: Committer) -> None:
+    def _on_run_end(self) -> None:
+        # A freed slot matters when a run may be due, or a limit may hold one back.
+        if self._maybe_due or self._limits:
+            self._wake()
+
+    async def _shutdown(self, backend: Backend, committer: Committer, handoffs: HandOffs) -> None:
         await self._active.give_back(backend, wait=None if self._hard else self.shutdown_timeout)
         await committer.drain()
-        if len(self._active):  # tasks a late commit handed over (claim on complete)
+        await handoffs.starts_settled(timeout=10)
+        if len(self._active):  # runs handed over late (claim on complete, starts)
             await self._active.give_back(backend, wait=None)

@@ -48,6 +48,7 @@ from .._cursor import decode_cursor
 __all__ = [
     "RUN_WIDTH",
     "claim_from_row",
+    "claimed_from_row",
     "dumps",
     "run_from_row",
     "step_from_row",
@@ -320,6 +321,27 @@ def create_query(new: NewRun) -> str:
 def created_from_row(row: tuple[Any, ...]) -> CreateResult:
     """A ``create_run`` query row: created, the run's columns, input_differs."""
     return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])
+
+
+def claimed_from_row(row: tuple[Any, ...]) -> CreateResult:
+    """A ``create_claimed_run`` row: `created_from_row`'s columns, then the lease token,
+    the database's now and the traceparent; ``claim`` is set when the call created the
+    run (and so leased it)."""
+    token, now, traceparent = row[-3:]
+    result = created_from_row(row[:-3])
+    if not result.created:
+        return result
+    claim = Claim(
+        run=result.run,
+        lease_token=token,
+        journal=(),
+        waits=(),
+        now=now,
+        claims_since_progress=1,
+        step_attempts=0,
+        traceparent=traceparent,
+    )
+    return dataclasses.replace(result, claim=claim)
 
 
 def list_runs_params(params: ListRunsParams, limit: int) -> dict[str, Any]:

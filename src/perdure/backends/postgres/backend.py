@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 from psycopg import sql
 
-from ..._batching import Batcher
 from ...errors import BackendError, ConfigurationError
 from ...flows.definition import FlowShape
 from ...records import (
@@ -58,12 +57,9 @@ from ._clock import set_offset
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
     claim_from_row,
-    create_query,
-    created_from_row,
     dumps,
     limited_claim_params,
     list_runs_params,
-    new_run_params,
     plain_claim_params,
     run_from_row,
     step_from_row,
@@ -72,6 +68,7 @@ from ._convert import (
 from ._operations import Operations
 from ._schedules import ScheduleStore
 from ._schema import ident, migrate
+from ._starts import Starts
 from ._transact import transact as transact_in_app
 from .notify import Listener
 
@@ -82,7 +79,6 @@ __all__ = ["PostgresBackend"]
 log = logging.getLogger("perdure.backends.postgres")
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_START_BATCH = 100  # starts committed together at most
 
 
 def _pairs(workflows: Sequence[tuple[str, int]]) -> dict[str, Any]:
@@ -115,9 +111,7 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         self._schema = schema
         self._db = PgConnections(dsn, schema, min_size, max_size)
         self._listener: Listener | None = None
-        self._starts: Batcher[NewRun, CreateResult] = Batcher(
-            self._create_batch, max_batch=_START_BATCH
-        )
+        self._starts = Starts(self._db)
 
     @property
     def schema(self) -> str:
@@ -186,46 +180,8 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
     async def start_flow(self, new: NewRun) -> CreateResult:
         return await _flows.start_flow(self._db, new)
 
-    async def create_run(self, new: NewRun) -> CreateResult:
-        """Create a run. Starts that arrive while another start is committing are
-        committed together in the next transaction (group commit), so a client
-        starting many runs at once pays one commit per batch, not per run; a lone start
-        goes out at once."""
-        return await self._starts.submit(new)
-
-    async def _create_batch(self, batch: list[NewRun]) -> list[CreateResult | Exception]:
-        if len(batch) > 1:
-            try:
-                return list(await self._create_together(batch))
-            except Exception:
-                pass  # one bad start (an idempotency conflict, a deadlock) aborted them all
-        # Alone, or after a shared transaction failed: each its own, and its own error.
-        results: list[CreateResult | Exception] = []
-        for new in batch:
-            try:
-                results.append(await self._create_one(new))
-            except Exception as exc:
-                results.append(exc)
-        return results
-
-    async def _create_together(self, batch: list[NewRun]) -> list[CreateResult]:
-        async with self._db.connection() as conn:
-            cursors = []
-            async with pipelined_transaction(conn):
-                for new in batch:
-                    query = QUERIES[create_query(new)]
-                    cursors.append(await conn.execute(query, new_run_params(new)))
-            results = []
-            for cur in cursors:
-                row = await cur.fetchone()
-                assert row is not None
-                results.append(created_from_row(row))
-            return results
-
-    async def _create_one(self, new: NewRun) -> CreateResult:
-        row = await self._db.one(QUERIES[create_query(new)], new_run_params(new))
-        assert row is not None
-        return created_from_row(row)
+    async def create_run(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
+        return await self._starts.create(new, claim)
 
     async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
         query = QUERIES["cancel_with_rollback"] if rollback else QUERIES["cancel_run"]

@@ -9,7 +9,15 @@ from typing import Any
 
 from ...errors import RunNotFound, ValidationError
 from ...ids import new_run_id
-from ...records import ACTIVE_STATUSES, CreateResult, NewRun, Published, SignalOutcome
+from ...records import (
+    ACTIVE_STATUSES,
+    ClaimParams,
+    CreateResult,
+    NewRun,
+    Published,
+    SignalOutcome,
+)
+from ._claims import lease_picked, pairs_json
 from ._convert import dumps, micro, to_run
 from ._flows import child_ended
 from ._json import json_equal
@@ -31,13 +39,19 @@ __all__ = ["cancel_run", "create_run", "deliver_signal", "publish"]
 # --------------------------------------------------------------------------- producers
 
 
-def create_run(s: Session, new: NewRun) -> CreateResult:
+def create_run(s: Session, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
     with s.write() as now:
         if new.debounce_key is not None and new.debounce is not None:
             pending = debounce_pending(s, new, now)
             if pending is not None:
                 return pending
         row = insert_run(s, new, now, parent_id=new.parent_id)
+        if row is not None and claim is not None:  # leased to a worker of this process
+            picked = [{"id": new.id, "status": "pending", "lease_owner": None}]
+            (leased,) = lease_picked(
+                s, picked, claim, pairs_json(claim.workflows), now, history=False
+            )
+            return CreateResult(leased.run, True, claim=leased)
         if row is not None:
             s.notify("wake", new.id)
             return CreateResult(to_run(row), True)

@@ -272,8 +272,8 @@ class SQLiteBackend(Backend):
 
     # ------------------------------------------------------------------ producers
 
-    async def create_run(self, new: NewRun) -> CreateResult:
-        return await self._call(_producers.create_run, new)
+    async def create_run(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
+        return await self._call(_producers.create_run, new, claim)
 
     async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
         return await self._call(_producers.cancel_run, run_id, rollback)

@@ -125,6 +125,31 @@ FROM create_run(
     p_parent_step => %(parent_step)s::text, p_traceparent => %(traceparent)s::text
 ) AS c
 
+-- name: create_claimed_run
+-- Create a run as create_run does, leased at once to %(worker)s for %(lease)s seconds
+-- if this call creates it (a start handed to a worker of the starting process); also
+-- returns its lease token and the database's now.
+SELECT c.created,
+       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
+       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
+       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
+       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
+            THEN (c.run).available_at END,
+       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
+       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
+       NOT c.created AND (c.run).input <> %(input)s::jsonb,
+       (c.run).lease_token, perdure_now(), (c.run).traceparent
+FROM create_run(
+    p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
+    p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
+    p_idempotency_key => %(idempotency_key)s::text, p_delay => %(delay)s::double precision,
+    p_run_at => %(run_at)s::timestamptz, p_deadline_in => %(deadline_in)s::double precision,
+    p_deadline_at => %(deadline_at)s::timestamptz,
+    p_retention_days => %(retention_days)s::integer, p_parent_id => %(parent_id)s::text,
+    p_parent_step => %(parent_step)s::text, p_traceparent => %(traceparent)s::text,
+    p_lease_owner => %(worker)s::text, p_lease => %(lease)s::double precision
+) AS c
+
 -- name: create_keyed_run
 -- Create a run with flow-control keys or a debounce through create_keyed_run(); as create_run.
 SELECT c.created,

@@ -6,6 +6,7 @@
 -- id that names a run of another workflow is PD001.
 -- Times: p_run_at, else perdure_now() + p_delay seconds; p_deadline_at, else perdure_now() +
 -- p_deadline_in seconds (NULL: no deadline). p_traceparent: the starter's W3C trace context.
+-- p_lease_owner, p_lease: lease a run this call creates to that worker (insert_run).
 CREATE OR REPLACE FUNCTION create_run(
     p_id text, p_workflow text, p_version integer, p_input jsonb,
     p_priority integer DEFAULT 100, p_idempotency_key text DEFAULT NULL,
@@ -13,6 +14,7 @@ CREATE OR REPLACE FUNCTION create_run(
     p_deadline_in double precision DEFAULT NULL, p_deadline_at timestamptz DEFAULT NULL,
     p_retention_days integer DEFAULT 30, p_parent_id text DEFAULT NULL,
     p_parent_step text DEFAULT NULL, p_traceparent text DEFAULT NULL,
+    p_lease_owner text DEFAULT NULL, p_lease double precision DEFAULT NULL,
     OUT created boolean, OUT run runs
 )
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -61,6 +63,10 @@ BEGIN
         PERFORM check_time('deadline_at', p_deadline_at);
     END IF;
     PERFORM check_traceparent(p_traceparent);
+    IF p_lease_owner IS NOT NULL AND NOT (p_lease > 0 AND p_lease < 'Infinity') THEN
+        RAISE EXCEPTION 'invalid lease %: expected a finite number of seconds > 0',
+            quote_nullable(p_lease) USING ERRCODE = 'PD001';
+    END IF;
     IF (p_parent_id IS NULL) <> (p_parent_step IS NULL) THEN
         RAISE EXCEPTION 'parent_id and parent_step go together' USING ERRCODE = 'PD001';
     END IF;
@@ -69,7 +75,7 @@ BEGIN
         p_id, p_workflow, p_version, p_input, p_priority, p_idempotency_key,
         coalesce(p_run_at, perdure_now() + make_interval(secs => coalesce(p_delay, 0))),
         coalesce(p_deadline_at, perdure_now() + make_interval(secs => p_deadline_in)),
-        p_retention_days, p_parent_id, p_parent_step);
+        p_retention_days, p_parent_id, p_parent_step, p_lease_owner, p_lease);
     created := v_result.created;
     run := v_result.run;
     IF created THEN

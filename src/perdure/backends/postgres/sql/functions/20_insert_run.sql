@@ -4,27 +4,53 @@
 -- the run that already holds its id or (workflow, idempotency key). No validation:
 -- create_run() validates; apply_transition() and publish_event() pass trusted values.
 -- p_version NULL: no process has registered the workflow yet; a claim fixes it.
+-- p_lease_owner: a start handed to a worker of the starting process. The new run is
+-- leased to it for p_lease seconds at once, as a claim would lease it ('claimed'
+-- event, token, lease, started_at), and no wake notice goes out.
 CREATE OR REPLACE FUNCTION insert_run(
     p_id text, p_workflow text, p_version integer, p_input jsonb, p_priority integer,
     p_idempotency_key text, p_available_at timestamptz, p_deadline_at timestamptz,
     p_retention_days integer, p_parent_id text, p_parent_step text,
+    p_lease_owner text DEFAULT NULL, p_lease double precision DEFAULT NULL,
     OUT created boolean, OUT run runs
 )
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 BEGIN
-    INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
-                      parent_id, parent_step, available_at, deadline_at, retention_days)
-    VALUES (p_id, p_workflow, p_version, 'pending', p_input, p_priority, p_idempotency_key,
-            p_parent_id, p_parent_step, p_available_at, p_deadline_at, p_retention_days)
-    ON CONFLICT DO NOTHING
-    RETURNING * INTO run;
+    IF p_lease_owner IS NULL THEN
+        INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
+                          parent_id, parent_step, available_at, deadline_at, retention_days)
+        VALUES (p_id, p_workflow, p_version, 'pending', p_input, p_priority, p_idempotency_key,
+                p_parent_id, p_parent_step, p_available_at, p_deadline_at, p_retention_days)
+        ON CONFLICT DO NOTHING
+        RETURNING * INTO run;
+    ELSE
+        -- The token rule of a claim's (_new_lease in queries.sql) for a row without one.
+        INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
+                          parent_id, parent_step, available_at, deadline_at, retention_days,
+                          lease_owner, lease_token, lease_expires_at, started_at,
+                          claims_since_progress)
+        VALUES (p_id, p_workflow, p_version, 'running', p_input, p_priority,
+                p_idempotency_key, p_parent_id, p_parent_step,
+                perdure_now() + make_interval(secs => p_lease), p_deadline_at,
+                p_retention_days, p_lease_owner,
+                greatest(1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+                perdure_now() + make_interval(secs => p_lease), perdure_now(), 1)
+        ON CONFLICT DO NOTHING
+        RETURNING * INTO run;
+    END IF;
     IF FOUND THEN
         created := true;
         INSERT INTO events (run_id, type, data)
         VALUES (p_id, 'created', jsonb_strip_nulls(jsonb_build_object(
             'workflow', p_workflow, 'version', p_version, 'parent_id', p_parent_id)));
-        -- Also for a delayed run: workers re-read their next wake-up time.
-        PERFORM send_notice('w', p_id);
+        IF p_lease_owner IS NULL THEN
+            -- Also for a delayed run: workers re-read their next wake-up time.
+            PERFORM send_notice('w', p_id);
+        ELSE
+            INSERT INTO events (run_id, type, data)
+            VALUES (p_id, 'claimed', jsonb_build_object('worker', p_lease_owner,
+                                                       'lease_token', run.lease_token));
+        END IF;
         RETURN;
     END IF;
     created := false;

@@ -1,0 +1,128 @@
+"""Starts handed to a worker of the starting process: a start made while one of the
+app's workers in this process has a free slot is inserted already leased to it and
+handed over, with no notice and no claim query (both backends)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from perdure import App, Context
+
+from .helpers import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _quick(app: App) -> object:
+    @app.workflow
+    async def quick(ctx: Context, n: int) -> int:
+        return await ctx.step.run("double", lambda: 2 * n)
+
+    return quick
+
+
+def _handed_here(app: App, run_id: str) -> bool:
+    """Whether the run was leased in its start's own transaction (its ``claimed`` event
+    has the ``created`` event's time) rather than by a later claim."""
+    events = {e.type: e for e in app.get_events(run_id)}
+    return events["claimed"].created_at == events["created"].created_at
+
+
+def test_a_start_in_the_workers_process_is_handed_to_it(app: App) -> None:
+    quick = _quick(app)
+    with app.worker(concurrency=2, poll_interval="60s") as worker:
+        app.run(quick, 0, timeout=30)  # its claim loop's first claim may race a start
+        before = worker.handed_starts
+        assert [app.run(quick, n, timeout=30) for n in range(1, 9)] == list(range(2, 18, 2))
+        # Each start finds a free slot, unless a claim woken by the first run's notice
+        # still holds them (a race the first runs allow, not the later ones).
+        assert worker.handed_starts - before >= 6
+        runs = app.list_runs(workflow="quick", limit=100).items
+        assert sum(_handed_here(app, r.id) for r in runs) == worker.handed_starts
+        for run in runs:
+            events = app.get_events(run.id)
+            assert [e.type for e in events] == ["created", "claimed", "step_completed", "completed"]
+            assert events[1].data["worker"] == worker.id
+
+
+def test_a_start_goes_the_usual_way_when_no_slot_is_free(app: App) -> None:
+    quick = _quick(app)
+    release = threading.Event()
+
+    @app.workflow
+    async def blocker(ctx: Context, _: None) -> str:
+        return await ctx.step.run("hold", lambda: "done" if release.wait(30) else "late")
+
+    with app.worker(concurrency=1) as worker:
+        held = app.start(blocker)
+        wait_for(lambda: app.get_run(held.id).status == "running")
+        handed = worker.handed_starts
+        waiting = app.start(quick, 21)  # the only slot is taken: a plain pending run
+        assert app.get_run(waiting.id).status == "pending"
+        release.set()
+        assert waiting.result(timeout=30) == 42
+        assert held.result(timeout=30) == "done"
+        assert worker.handed_starts == handed
+        assert worker.claimed == 2  # the claim loop took the second run
+    assert not _handed_here(app, waiting.id)
+
+
+def test_delayed_limited_and_other_apps_starts_are_not_handed(app: App, database) -> None:  # type: ignore[no-untyped-def]
+    quick = _quick(app)
+
+    @app.workflow(concurrency=5)
+    async def limited(ctx: Context, n: int) -> int:
+        return await ctx.step.run("same", lambda: n)
+
+    other = App(database.url, schema=database.schema, sweep_interval=0)  # a client only
+    try:
+        with app.worker(concurrency=4) as worker:
+            assert app.start(quick, 1, delay="10ms").result(timeout=30) == 2
+            assert app.run(limited, 7, timeout=30) == 7
+            assert other.run("quick", 3, timeout=30) == 6
+            assert worker.handed_starts == 0
+            assert worker.claimed == 3
+    finally:
+        other.close()
+
+
+def test_a_start_that_finds_its_run_gives_the_slot_back(app: App) -> None:
+    quick = _quick(app)
+    with app.worker(concurrency=1):
+        first = app.start(quick, 4, idempotency_key="once")
+        assert first.result(timeout=30) == 8
+        for _ in range(3):
+            again = app.start(quick, 4, idempotency_key="once")
+            assert not again.created and again.id == first.id
+        # With one slot, a reservation kept by those starts would starve the worker.
+        assert app.run(quick, 5, timeout=30) == 10
+
+
+def test_starts_racing_a_stopping_worker_are_all_run_before_any_lease_expires(
+    app: App,
+) -> None:
+    """A start handed over while its worker stops is executed or released by it, never
+    left leased to a worker that is gone: the next worker finishes every run well
+    before the (long) lease could expire."""
+    quick = _quick(app)
+    ids: list[str] = []
+    stop_starting = threading.Event()
+
+    def starter() -> None:
+        n = 0
+        while not stop_starting.is_set() or n < 40:
+            ids.append(app.start(quick, n).id)
+            n += 1
+
+    thread = threading.Thread(target=starter)
+    with app.worker(concurrency=4, lease="120s") as worker:
+        thread.start()
+        wait_for(lambda: worker.handed_starts >= 10, timeout=60)
+    stop_starting.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    with app.worker(concurrency=4, lease="120s"):
+        for run_id in ids:
+            assert app.result(run_id, timeout=60) is not None
