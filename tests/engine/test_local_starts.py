@@ -5,6 +5,8 @@ handed over, with no notice and no claim query (both backends)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ from .helpers import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 
-def _quick(app: App) -> object:
+def _quick(app: App) -> Callable[..., Any]:
     @app.workflow
     async def quick(ctx: Context, n: int) -> int:
         return await ctx.step.run("double", lambda: 2 * n)
