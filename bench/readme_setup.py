@@ -1,8 +1,13 @@
 """W1 and W2 with perdure set up as the README tells a user, beside the best peer of each.
 
-perdure (PostgreSQL): one worker process started with the CLI (``perdure worker``,
-default concurrency 10), and a client starting runs one at a time from one thread
-with the sync API. Beside it, in the same invocation:
+perdure (PostgreSQL), two setups the README shows, each with the default concurrency
+(10) and a client starting runs one at a time from one thread with the sync API:
+
+* "CLI worker": one worker process started with the CLI (``perdure worker``);
+* "in-process worker": the README tour's ``with app.worker():`` in the client's own
+  process, where a start finds the worker's free slot and is handed to it leased.
+
+Beside them, in the same invocation:
 
 * W1 (2,000 runs of 3 steps, twice): PgQueuer 1.6 with its defaults (one
   ``QueueManager.run()`` process, batch size 10), three chained jobs per run (each
@@ -204,9 +209,56 @@ def perdure_readme(
         for proc in procs:
             proc.wait(30)
         pool.shutdown()
+    try:
+        if workers == 1 and starters == 1:
+            out.update(_in_process(app, url, runs, w2_runs, counter))
+    finally:
         app.close()
         counter.close()
     return out
+
+
+def _in_process(app: Any, url: str, runs: int, w2_runs: int, counter: Any) -> dict[str, Any]:
+    """W1 and W2 with the README tour's worker, ``with app.worker():``, in the client's
+    process (the CLI workers are gone by now)."""
+    import psycopg
+
+    reps = []
+    with app.worker(), psycopg.connect(url, autocommit=True) as conn:
+
+        def done_count() -> tuple[int, float]:
+            row = conn.execute(
+                "SELECT count(*), coalesce(extract(epoch FROM max(completed_at)), 0)::float8 "
+                "FROM perdure.runs WHERE workflow = 'three' AND status = 'completed'"
+            ).fetchone()
+            assert row is not None
+            return int(row[0]), float(row[1])
+
+        app.run("one", 0, timeout=60)
+        for rep in range(2):
+            before = done_count()[0]
+            xid0 = counter.next_xid()
+            t0 = time.time()
+            for i in range(runs):
+                app.start("three", (2 + rep) * runs + i)
+            starts = time.time() - t0
+            _, last = _wait_for(
+                lambda b=before: (lambda c: c if c[0] >= b + runs else None)(done_count()),
+                600,
+                "perdure W1 in process",
+            )
+            elapsed = last - t0
+            reps.append(
+                {"steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
+                 "starts_s": starts, "elapsed_s": elapsed,
+                 "writes_per_step": (counter.next_xid() - xid0) / (3 * runs)}
+            )  # fmt: skip
+        latencies = []
+        for i in range(w2_runs):
+            t0 = time.perf_counter()
+            app.run("one", i, timeout=60)
+            latencies.append(time.perf_counter() - t0)
+    return {"w1_in_process": reps, "w2_in_process_ms": percentiles(latencies)}
 
 
 # ---------------------------------------------------------------------- PgQueuer
@@ -316,15 +368,17 @@ def main() -> None:
     perdure.append(perdure_readme(args.runs, args.w2))
     report = {"perdure": perdure, "pgqueuer": pgq, "dbos": dbos}
     print(json.dumps(report, indent=2))
-    mine = _mean(r["steps_per_s"] for p in perdure for r in p["w1"])
     peer = _mean(r["steps_per_s"] for q in pgq for r in q["w1"])
-    print(f"W1 steps/s (mean of 4 tries): perdure {mine:.0f}, PgQueuer {peer:.0f}, "
-          f"ratio {mine / peer:.2f}")  # fmt: skip
-    for pct in ("p50", "p99"):
-        ours = _mean(p["w2_ms"][pct] for p in perdure)
-        theirs = _mean(d["w2_ms"][pct] for d in dbos)
-        print(f"W2 {pct} ms (mean of 2): perdure {ours:.2f}, DBOS direct {theirs:.2f}, "
-              f"ratio {ours / theirs:.2f}")  # fmt: skip
+    for setup, w1, w2 in (("CLI worker", "w1", "w2_ms"),
+                          ("in-process worker", "w1_in_process", "w2_in_process_ms")):  # fmt: skip
+        mine = _mean(r["steps_per_s"] for p in perdure for r in p[w1])
+        print(f"W1 steps/s (mean of 4 tries), {setup}: perdure {mine:.0f}, "
+              f"PgQueuer {peer:.0f}, ratio {mine / peer:.2f}")  # fmt: skip
+        for pct in ("p50", "p99"):
+            ours = _mean(p[w2][pct] for p in perdure)
+            theirs = _mean(d["w2_ms"][pct] for d in dbos)
+            print(f"W2 {pct} ms (mean of 2), {setup}: perdure {ours:.2f}, "
+                  f"DBOS direct {theirs:.2f}, ratio {ours / theirs:.2f}")  # fmt: skip
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -170,8 +170,8 @@ class CodecBackend(Backend):
         differs = result.input_differs
         if differs:  # the codec's text may differ for equal values (a random nonce)
             differs = run.input != json.loads(new.input_json)
-        leased = None if result.claim is None else self._claim(result.claim)
-        return replace(result, run=run, input_differs=differs, claim=leased)
+        leased = tuple(self._claim(c) for c in result.claimed)
+        return replace(result, run=run, input_differs=differs, claimed=leased)
 
     async def cancel_run(self, run_id: str, rollback: bool = False) -> bool:
         return await self.inner.cancel_run(run_id, rollback)
@@ -300,7 +300,7 @@ class CodecBackend(Backend):
     async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
         return await self.inner.get_flow(name, version)
 
-    async def start_flow(self, new: NewRun) -> CreateResult:
+    async def start_flow(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
         raise ValidationError("flows cannot be started with a payload codec")
 
     # ------------------------------------------------------------------ schedules

@@ -446,10 +446,8 @@ class App(Recovery, Steering, ScheduleClient):
             limits = None if definition is None else definition.limits
             new = flow_control(new, limits, debounce_key, debounce, options)
         backend = await self._backend()
-        if flow is not None:
-            result = await backend.start_flow(new)
-        else:  # handed to a worker of this app in this process when one has a free slot
-            result = await self._local_starts.create(backend, new)
+        # Handed to a worker of this app in this process when one has a free slot.
+        result = await self._local_starts.create(backend, new, flow is not None)
         warning = None
         if not registered and result.run.version is None:
             warning = (

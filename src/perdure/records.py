@@ -215,14 +215,15 @@ class NewRun:
 @dataclass(frozen=True, slots=True)
 class CreateResult:
     """Result of `Backend.create_run`: the run, whether this call created it, whether
-    an existing run it returned has another input than the call gave, and the claim
-    of a run created already leased."""
+    an existing run it returned has another input than the call gave, and what it
+    leased to a worker of the starting process."""
 
     run: Run
     created: bool
     input_differs: bool = False
-    #: the new run, leased to the worker a ``create_run(..., claim=...)`` named
-    claim: Claim | None = None
+    #: what the call leased to the worker its ``claim`` named: the new run
+    #: (`Backend.create_run`), or the flow run's first tasks (`Backend.start_flow`)
+    claimed: tuple[Claim, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from perdure.backends.base import Backend
+from perdure.flows.definition import FlowShape, StepShape
 from perdure.records import Claim, ClaimParams, Complete
 
 from .helpers import (
@@ -39,8 +40,7 @@ async def test_a_start_leased_to_a_worker_is_claimed_in_its_own_transaction(
     result = await backend.create_run(new_run(input={"x": 1}), _for(lease=30))
     after = await backend.now()
     assert result.created
-    held = result.claim
-    assert held is not None
+    (held,) = result.claimed
     assert held.run.id == result.run.id
     assert held.run.status == "running" and result.run.status == "running"
     assert held.run.input == {"x": 1}
@@ -66,7 +66,7 @@ async def test_an_existing_run_is_returned_unleased(backend: Backend) -> None:
     first = await create(backend, idempotency_key="k-1")
     again = await backend.create_run(new_run(idempotency_key="k-1"), _for())
     assert not again.created
-    assert again.claim is None
+    assert again.claimed == ()
     assert again.run.id == first.id and again.run.status == "pending"
     # Still claimable by any worker.
     (held,) = await claim(backend, worker="w-other")
@@ -77,7 +77,7 @@ async def test_a_leased_run_expires_and_is_recovered_like_a_claimed_one(
     backend: Backend,
 ) -> None:
     result = await backend.create_run(new_run(), _for(lease=0.2))
-    assert result.claim is not None
+    (leased,) = result.claimed
 
     async def recovered() -> list[Claim]:
         return list(await claim(backend, worker="w-other"))
@@ -85,7 +85,7 @@ async def test_a_leased_run_expires_and_is_recovered_like_a_claimed_one(
     (again,) = await wait_until(recovered, timeout=10)
     assert again.run.id == result.run.id
     assert again.recovered
-    assert again.lease_token > result.claim.lease_token
+    assert again.lease_token > leased.lease_token
 
 
 async def test_a_leased_start_sends_no_wake_notice(
@@ -98,5 +98,59 @@ async def test_a_leased_start_sends_no_wake_notice(
         marker = await create(backend)  # committed after: its notice comes after
         await wait_until(lambda: notices.has("wake", marker.id))
         assert not notices.has("wake", leased.run.id)
+    finally:
+        await unsubscribe()
+
+
+# --------------------------------------------------------------------------- flows
+
+FAN = FlowShape(
+    "fanout",
+    steps=(StepShape("a"), StepShape("b"), StepShape("c"), StepShape("d", ("a", "b", "c"))),
+)
+FAN_PAIRS = tuple((f"fanout:{s.name}", 1) for s in FAN.steps)
+
+
+async def test_a_flow_start_leases_its_first_tasks_up_to_the_limit(backend: Backend) -> None:
+    await backend.register_flows([FAN])
+    params = ClaimParams("w-local", FAN_PAIRS, 2, 30.0)
+    started = await backend.start_flow(new_run("fanout", version=None, input=3), params)
+    assert started.created and started.run.status == "running"
+    assert len(started.claimed) == 2  # roots a, b, c: two slots
+    for task in started.claimed:
+        assert task.run.parent_id == started.run.id and task.run.status == "running"
+        assert task.run.input == {"run": 3}
+        assert task.claims_since_progress == 1 and not task.recovered
+        assert await event_types(backend, task.run.id) == ["created", "claimed"]
+    # The third root is claimable by anyone; the leased ones are not.
+    (rest,) = await claim(backend, worker="w-other", workflows=FAN_PAIRS)
+    assert rest.run.parent_step not in {t.run.parent_step for t in started.claimed}
+
+
+async def test_a_flow_start_leases_only_served_steps_and_not_an_existing_run(
+    backend: Backend,
+) -> None:
+    await backend.register_flows([FAN])
+    only_b = ClaimParams("w-local", (("fanout:b", 1),), 5, 30.0)
+    first = await backend.start_flow(new_run("fanout", version=None, idempotency_key="k"), only_b)
+    assert [t.run.parent_step for t in first.claimed] == ["b"]
+    again = await backend.start_flow(new_run("fanout", version=None, idempotency_key="k"), only_b)
+    assert not again.created and again.claimed == ()
+
+
+async def test_a_flow_start_sends_its_wake_only_for_tasks_left(
+    backend: Backend, backend_factory: BackendFactory
+) -> None:
+    await backend.register_flows([FAN])
+    other = await backend_factory()
+    notices, unsubscribe = await _listen(backend, other)
+    try:
+        every = ClaimParams("w-local", FAN_PAIRS, 3, 30.0)
+        quiet = await backend.start_flow(new_run("fanout", version=None), every)
+        assert len(quiet.claimed) == 3
+        some = ClaimParams("w-local", FAN_PAIRS, 1, 30.0)
+        loud = await backend.start_flow(new_run("fanout", version=None), some)
+        await wait_until(lambda: notices.has("wake", loud.run.id))
+        assert not notices.has("wake", quiet.run.id)
     finally:
         await unsubscribe()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from perdure import App, Context
+from perdure import App, Context, TaskContext
 
 from .helpers import wait_for
 
@@ -128,3 +128,37 @@ def test_starts_racing_a_stopping_worker_are_all_run_before_any_lease_expires(
     with app.worker(concurrency=4, lease="120s"):
         for run_id in ids:
             assert app.result(run_id, timeout=60) is not None
+
+
+def test_a_flow_start_hands_its_first_tasks_to_the_workers_free_slots(app: App) -> None:
+    flow = app.flow("diamond")
+
+    @flow.step
+    def a(ctx: TaskContext, input: Any) -> int:
+        return int(input["run"]) + 1
+
+    @flow.step
+    def b(ctx: TaskContext, input: Any) -> int:
+        return int(input["run"]) * 2
+
+    @flow.step(depends_on=[a, b])
+    def c(ctx: TaskContext, input: Any) -> int:
+        return int(input["a"]) + int(input["b"])
+
+    with app.worker(concurrency=4, poll_interval="60s") as worker:
+        app.run(flow, 0, timeout=30)  # its claim loop's first claim may race a start
+        before = worker.handed_starts
+        assert [app.run(flow, n, timeout=30) for n in range(1, 4)] == [
+            {"c": 4},
+            {"c": 7},
+            {"c": 10},
+        ]
+        assert worker.handed_starts - before >= 4  # two roots per start, mostly
+    # Exactly the root tasks handed over were leased in their start's transaction.
+    leased_at_start = 0
+    for run in app.list_runs(workflow="diamond", limit=100).items:
+        for step in ("a", "b"):
+            events = app.get_events(f"{run.id}:{step}:0")
+            claimed = next(e.created_at for e in events if e.type == "claimed")
+            leased_at_start += claimed == run.created_at
+    assert leased_at_start == worker.handed_starts

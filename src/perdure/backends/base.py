@@ -145,7 +145,7 @@ class Backend(abc.ABC):
         """A stored shape: that version, or the highest when ``version`` is None."""
 
     @abc.abstractmethod
-    async def start_flow(self, new: NewRun) -> CreateResult:
+    async def start_flow(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
         """Start a run of a stored flow (``new.version`` None: its highest), as
         `create_run` does (ids and idempotency keys alike), in one transaction: the run
         (kind ``flow``, status ``running``, never claimed itself), one state per step,
@@ -158,6 +158,10 @@ class Backend(abc.ABC):
         element order), the steps whose dependencies all completed get their tasks,
         and the run completes with ``{leaf step: output}``; a failed task fails the
         run (error type ``StepFailed`` naming the step) and cancels its live tasks.
+        With ``claim``, up to ``claim.limit`` of the tasks this call starts, of
+        ``claim.workflows``, are leased to ``claim.worker_id`` in the same transaction,
+        as claim on complete leases them (`Transition.claim`), and returned in
+        ``result.claimed``; the wake notice goes out only if tasks remain unclaimed.
         `ValidationError` if no such flow is stored."""
 
     # ------------------------------------------------------------------ producers
@@ -170,7 +174,7 @@ class Backend(abc.ABC):
         call creates is leased to ``claim.worker_id`` for ``claim.lease_seconds`` in the
         same transaction, as `claim_runs` leases one (status ``running``, a new token,
         ``started_at``, ``claims_since_progress`` 1, a ``claimed`` event after
-        ``created``), without a ``wake`` notice, and returned as ``result.claim``.
+        ``created``), without a ``wake`` notice, and returned in ``result.claimed``.
 
         With an id or (workflow, idempotency key) that already exists, return the
         existing run with ``created=False`` (also under concurrent calls: exactly one

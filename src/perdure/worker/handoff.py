@@ -7,7 +7,9 @@ Two hand-offs skip the claim loop:
 * Starts in this process (`LocalStarts`): a start of a workflow this worker serves,
   made while it has a free slot, is inserted already leased to it
   (`Backend.create_run` with ``claim``) and handed over: no notice, no wake-up, no
-  claim. The start may come from any thread.
+  claim. A DAG flow's start leases it the first tasks it has handlers for, as many as
+  it has free slots (`Backend.start_flow` with ``claim``). The start may come from
+  any thread.
 
 The slots a hand-off may fill are reserved while its commit is in flight. The claim
 loop reserves the slots of its claim the same way, under the same lock, so together
@@ -57,7 +59,7 @@ class HandOffs:
         self.reserved = 0
         #: starts reserved and not yet handed over (or given up)
         self.starting = 0
-        #: starts handed over so far
+        #: runs (a flow's first tasks included) handed over by starts so far
         self.handed = 0
         #: the claim loop found no free slot while commits held some
         self.starved = False
@@ -108,38 +110,48 @@ class HandOffs:
 
     # ------------------------------------------------------------------ starts (any thread)
 
-    def reserve_start(self, workflow: str, version: int) -> ClaimParams | None:
-        """A slot for a start of ``workflow`` at ``version`` (None: not served here, no
-        free slot, or stopping); `hand_start` must follow."""
-        if (workflow, version) not in self._starts or self._stopping():
+    def reserve_start(self, workflow: str, version: int, flow: bool) -> ClaimParams | None:
+        """Slots for a start of ``workflow`` at ``version`` (a DAG ``flow``: for the
+        tasks of its steps with a handler here, as many as are free); None when it
+        serves none of it, no slot is free, or it stops. `hand_start` must follow."""
+        if self._stopping():
+            return None
+        if flow:
+            prefix = workflow + ":"
+            pairs = tuple(p for p in self._tasks if p[1] == version and p[0].startswith(prefix))
+        else:
+            pairs = ((workflow, version),) if (workflow, version) in self._starts else ()
+        if not pairs:
             return None
         with self._lock:
-            if self.free() <= 0:
+            free = self.free()
+            if free <= 0:
                 return None
-            self.reserved += 1
+            limit = free if flow else 1
+            self.reserved += limit
             self.starting += 1
-        return ClaimParams(self._worker_id, ((workflow, version),), 1, self._lease)
+        return ClaimParams(self._worker_id, pairs, limit, self._lease)
 
-    def hand_start(self, claim: Claim | None) -> None:
-        """The start reserved by `reserve_start` committed (``claim``: the run it
-        leased here) or did not lease one (None: an existing run, or an error)."""
+    def hand_start(self, params: ClaimParams, claims: Sequence[Claim]) -> None:
+        """The start `reserve_start` reserved ``params`` for committed: start what it
+        leased here (nothing: an existing run, or an error) and free the other slots."""
         try:
-            self._loop.call_soon_threadsafe(self._settle_start, claim)
-        except RuntimeError:  # the worker's loop is gone: its lease runs out instead
+            self._loop.call_soon_threadsafe(self._settle_start, params, tuple(claims))
+        except RuntimeError:  # the worker's loop is gone: the leases run out instead
             with self._lock:
-                self.reserved -= 1
+                self.reserved -= params.limit
                 self.starting -= 1
 
-    def _settle_start(self, claim: Claim | None) -> None:
+    def _settle_start(self, params: ClaimParams, claims: tuple[Claim, ...]) -> None:
         with self._lock:
-            self.reserved -= 1
+            self.reserved -= params.limit
             self.starting -= 1
         if not self.starting and self._settled is not None:
             self._settled.set()
-        if claim is not None:
-            self.handed += 1
+        self.handed += len(claims)
+        for claim in claims:
             self._start(claim)
-        elif self.starved:
+        if len(claims) < params.limit and self.starved:
             self.starved = False
             self._wake()
 
@@ -171,29 +183,30 @@ class LocalStarts:
             if handoffs in self._workers:
                 self._workers.remove(handoffs)
 
-    async def create(self, backend: Backend, new: NewRun) -> CreateResult:
-        """``backend.create_run(new)``, leased to a worker of this app in this process
-        that serves the workflow and has a free slot, if any (and the start has no
-        delay and no flow-control keys), and handed to it."""
+    async def create(self, backend: Backend, new: NewRun, flow: bool = False) -> CreateResult:
+        """``backend.create_run(new)`` (``flow``: ``start_flow``), leased to a worker of
+        this app in this process that serves it and has a free slot, if any (and the
+        start has no delay and no flow-control keys), and handed to it."""
         taken = None
         if new.version is not None and _immediate(new):
             with self._lock:
                 workers = tuple(self._workers)
             for handoffs in workers:
-                params = handoffs.reserve_start(new.workflow, new.version)
+                params = handoffs.reserve_start(new.workflow, new.version, flow)
                 if params is not None:
                     taken = handoffs, params
                     break
+        start = backend.start_flow if flow else backend.create_run
         if taken is None:
-            return await backend.create_run(new)
+            return await start(new)
         handoffs, params = taken
-        claim = None
+        claimed: tuple[Claim, ...] = ()
         try:
-            result = await backend.create_run(new, params)
-            claim = result.claim
+            result = await start(new, params)
+            claimed = result.claimed
             return result
         finally:
-            handoffs.hand_start(claim)
+            handoffs.hand_start(params, claimed)
 
 
 def _immediate(new: NewRun) -> bool:

@@ -206,8 +206,9 @@ class Worker:
 
     @property
     def handed_starts(self) -> int:
-        """How many starts made in this process were handed to this worker already
-        leased (a free slot took them without a claim)."""
+        """How many runs (a DAG flow's first tasks included) starts made in this
+        process handed to this worker already leased (free slots took them without a
+        claim)."""
         return 0 if self._handoffs is None else self._handoffs.handed
 
     @property

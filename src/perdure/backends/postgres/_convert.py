@@ -325,8 +325,8 @@ def created_from_row(row: tuple[Any, ...]) -> CreateResult:
 
 def claimed_from_row(row: tuple[Any, ...]) -> CreateResult:
     """A ``create_claimed_run`` row: `created_from_row`'s columns, then the lease token,
-    the database's now and the traceparent; ``claim`` is set when the call created the
-    run (and so leased it)."""
+    the database's now and the traceparent; ``claimed`` holds the run when the call
+    created it (and so leased it)."""
     token, now, traceparent = row[-3:]
     result = created_from_row(row[:-3])
     if not result.created:
@@ -341,7 +341,7 @@ def claimed_from_row(row: tuple[Any, ...]) -> CreateResult:
         step_attempts=0,
         traceparent=traceparent,
     )
-    return dataclasses.replace(result, claim=claim)
+    return dataclasses.replace(result, claimed=(claim,))
 
 
 def list_runs_params(params: ListRunsParams, limit: int) -> dict[str, Any]:

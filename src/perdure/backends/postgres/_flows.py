@@ -6,14 +6,24 @@ inside the database (``flow_task_ended``, from ``child_ended``)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from ...errors import ValidationError
 from ...flows.definition import FlowShape, StepShape
-from ...records import Claim, Complete, CreateResult, FlowTask, NewRun, Step, Transition
+from ...records import (
+    Claim,
+    ClaimParams,
+    Complete,
+    CreateResult,
+    FlowTask,
+    NewRun,
+    Step,
+    Transition,
+)
 from .._sqlfiles import load_queries
-from ._conn import PgConnections
+from ._conn import PgConnections, pipelined_transaction
 from ._convert import claim_from_row, created_from_row, new_run_params
 
 __all__ = [
@@ -132,16 +142,36 @@ async def register_flows(db: PgConnections, shapes: list[FlowShape]) -> None:
                     )
 
 
-async def start_flow(db: PgConnections, new: NewRun) -> CreateResult:
+async def start_flow(
+    db: PgConnections, new: NewRun, claim: ClaimParams | None = None
+) -> CreateResult:
     """Start a flow run through ``start_flow_run`` (with the task keys of its limited
-    steps whose key functions ran: `NewRun.step_keys`)."""
+    steps whose key functions ran: `NewRun.step_keys`); with ``claim``, lease the tasks
+    it starts to that worker in the same transaction (``claim_started_tasks``)."""
     params = new_run_params(new)
     params["step_keys"] = (
         json.dumps({step: list(keys) for step, *keys in new.step_keys}) if new.step_keys else None
     )
-    row = await db.one(Q["start_flow_run"], params)
-    assert row is not None
-    return created_from_row(row)
+    if claim is None:
+        row = await db.one(Q["start_flow_run"], params)
+        assert row is not None
+        return created_from_row(row)
+    params.update(
+        workflows=[w for w, _ in claim.workflows],
+        versions=[v for _, v in claim.workflows],
+        worker=claim.worker_id,
+        limit=max(0, int(claim.limit)),
+        lease=float(claim.lease_seconds),
+    )
+    async with db.connection() as conn:
+        async with pipelined_transaction(conn):
+            await conn.execute(Q["quiet_start_wake"], params)
+            started = await conn.execute(Q["start_flow_run"], params)
+            leased = await conn.execute(Q["claim_started_tasks"], params)
+        row = await started.fetchone()
+        assert row is not None
+        claimed = claimed_on_complete(await leased.fetchall())
+    return replace(created_from_row(row), claimed=claimed)
 
 
 async def flow_steps(db: PgConnections, run_id: str) -> list[Step] | None:

@@ -177,8 +177,8 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
     async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
         return await _flows.get_flow(self._db, name, version)
 
-    async def start_flow(self, new: NewRun) -> CreateResult:
-        return await _flows.start_flow(self._db, new)
+    async def start_flow(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
+        return await _flows.start_flow(self._db, new, claim)
 
     async def create_run(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
         return await self._starts.create(new, claim)

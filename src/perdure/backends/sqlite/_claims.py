@@ -14,7 +14,7 @@ from .._sqlfiles import load_queries
 from ._convert import micro, to_dt, to_run, to_step, to_wait
 from ._session import QUERIES, Session
 
-__all__ = ["claim_on_complete", "lease_picked", "pairs_json"]
+__all__ = ["claim_on_complete", "lease_new_tasks", "lease_picked", "pairs_json"]
 
 FLOWS = load_queries(__package__, "flows.sql")
 
@@ -108,7 +108,13 @@ def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...
     task = s.one(FLOWS["completed_task"], {"id": t.run_id, "token": t.lease_token})
     if task is None or task["parent_id"] is None:
         return ()
-    flow_id = task["parent_id"]
+    return lease_new_tasks(s, task["parent_id"], params, now)
+
+
+def lease_new_tasks(s: Session, flow_id: str, params: ClaimParams, now: float) -> tuple[Claim, ...]:
+    """Lease up to ``params.limit`` of the tasks of ``flow_id`` started in the open
+    transaction (created at ``now``) to the worker, and drop the flow run's wake notice
+    when none of them is left (claim on complete, and a flow start handed over)."""
     claims: list[Claim] = []
     if params.limit > 0 and params.workflows:
         pairs = pairs_json(params.workflows)

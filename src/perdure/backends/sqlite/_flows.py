@@ -13,9 +13,10 @@ from typing import Any
 from ...errors import RunNotFound, ValidationError
 from ...flows.definition import FlowShape, StepShape, task_workflow
 from ...flows.planner import Advance, advance, step_output
-from ...records import CreateResult, FlowTask, NewRun, Step
+from ...records import ClaimParams, CreateResult, FlowTask, NewRun, Step
 from ...serialization import brief_error
 from .._sqlfiles import load_queries
+from ._claims import lease_new_tasks
 from ._convert import dumps, loads, to_dt_opt, to_run
 from ._json import json_equal
 from ._reads import get_steps
@@ -134,9 +135,10 @@ def register_flows(s: Session, shapes: list[FlowShape]) -> None:
 # --------------------------------------------------------------------------- runs
 
 
-def start_flow(s: Session, new: NewRun) -> CreateResult:
+def start_flow(s: Session, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
     """Create a flow run of the stored shape (``new.version`` None: the highest):
-    its step states, and the tasks of its root steps, in one transaction."""
+    its step states, and the tasks of its root steps, in one transaction; with
+    ``claim``, those tasks leased to that worker."""
     with s.write() as now:
         shape = get_flow(s, new.workflow, new.version)
         if shape is None:
@@ -172,9 +174,10 @@ def start_flow(s: Session, new: NewRun) -> CreateResult:
             "retention_days": new.retention_days,
         }
         _advance(s, shape, flow, now)
+        claimed = () if claim is None else lease_new_tasks(s, new.id, claim, now)
         row = s.one(QUERIES["get_run"], {"id": new.id})
         assert row is not None
-        return CreateResult(to_run(row), True)
+        return CreateResult(to_run(row), True, claimed=claimed)
 
 
 def _existing(s: Session, new: NewRun, now: float) -> CreateResult:

@@ -51,7 +51,7 @@ def create_run(s: Session, new: NewRun, claim: ClaimParams | None = None) -> Cre
             (leased,) = lease_picked(
                 s, picked, claim, pairs_json(claim.workflows), now, history=False
             )
-            return CreateResult(leased.run, True, claim=leased)
+            return CreateResult(leased.run, True, claimed=(leased,))
         if row is not None:
             s.notify("wake", new.id)
             return CreateResult(to_run(row), True)

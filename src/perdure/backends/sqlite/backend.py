@@ -267,8 +267,8 @@ class SQLiteBackend(Backend):
     async def get_flow(self, name: str, version: int | None = None) -> FlowShape | None:
         return await self._call(_flows.get_flow, name, version)
 
-    async def start_flow(self, new: NewRun) -> CreateResult:
-        return await self._call(_flows.start_flow, new)
+    async def start_flow(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
+        return await self._call(_flows.start_flow, new, claim)
 
     # ------------------------------------------------------------------ producers
 

@@ -86,6 +86,27 @@ WITH ended AS (
     WHERE t.id = %(run_id)s::text AND t.lease_token = %(token)s::bigint
       AND t.kind = 'task' AND t.status = 'completed' AND t.completed_at = perdure_now()
 ),
+{{_lease_new_tasks}}
+
+-- name: quiet_start_wake
+-- A flow start handed to a worker of the starting process (before start_flow_run):
+-- flow run %(id)s sends no wake notice for the tasks it starts in this transaction;
+-- claim_started_tasks decides and resets it.
+SELECT set_config('perdure.claim_on_complete', %(id)s::text, true)
+
+-- name: claim_started_tasks
+-- A flow start handed to a worker of the starting process (after start_flow_run):
+-- lease up to %(limit)s of the tasks this transaction started for flow run %(id)s, as
+-- claim_on_complete does.
+WITH ended AS (
+    SELECT %(id)s::text AS flow_id
+),
+{{_lease_new_tasks}}
+
+-- name: _lease_new_tasks
+-- (a part) The end of claim_on_complete and claim_started_tasks, after their "ended"
+-- CTE (the flow run): lease up to %(limit)s of the tasks of the served pairs that this
+-- transaction started to %(worker)s, and send the flow run's wake notice if any remain.
 served AS (
     SELECT p.workflow, p.version
     FROM unnest(%(workflows)s::text[], %(versions)s::integer[]) AS p(workflow, version)

@@ -44,8 +44,11 @@ BEGIN
         VALUES (p_id, 'created', jsonb_strip_nulls(jsonb_build_object(
             'workflow', p_workflow, 'version', p_version, 'parent_id', p_parent_id)));
         IF p_lease_owner IS NULL THEN
-            -- Also for a delayed run: workers re-read their next wake-up time.
-            PERFORM send_notice('w', p_id);
+            -- Also for a delayed run: workers re-read their next wake-up time. Not for
+            -- a flow run whose start leases its tasks (quiet_start_wake, flows.sql).
+            IF current_setting('perdure.claim_on_complete', true) IS DISTINCT FROM p_id THEN
+                PERFORM send_notice('w', p_id);
+            END IF;
         ELSE
             INSERT INTO events (run_id, type, data)
             VALUES (p_id, 'claimed', jsonb_build_object('worker', p_lease_owner,
