@@ -100,10 +100,10 @@ class HandOffs:
         """The commit ended: start the tasks it was handed, free its other slots."""
         if params is None:
             return
+        for claim in claims:  # running before their slots are released
+            self._start(claim)
         with self._lock:
             self.reserved -= params.limit
-        for claim in claims:
-            self._start(claim)
         if len(claims) < params.limit and self.starved:
             self.starved = False
             self._wake()  # slots the claim loop went without are free again
@@ -143,17 +143,12 @@ class HandOffs:
                 self.starting -= 1
 
     def _settle_start(self, params: ClaimParams, claims: tuple[Claim, ...]) -> None:
+        self.handed += len(claims)
+        self.settle(params, claims)
         with self._lock:
-            self.reserved -= params.limit
             self.starting -= 1
         if not self.starting and self._settled is not None:
             self._settled.set()
-        self.handed += len(claims)
-        for claim in claims:
-            self._start(claim)
-        if len(claims) < params.limit and self.starved:
-            self.starved = False
-            self._wake()
 
     async def starts_settled(self, timeout: float) -> None:
         """Wait (up to ``timeout`` seconds) until no start is on its way here."""
