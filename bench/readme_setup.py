@@ -110,6 +110,16 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
 # ---------------------------------------------------------------------- perdure
 
 
+def _done_count(conn: Any) -> tuple[int, float]:
+    """W1's completed runs so far, and the epoch time of the last completion."""
+    row = conn.execute(
+        "SELECT count(*), coalesce(extract(epoch FROM max(completed_at)), 0)::float8 "
+        "FROM perdure.runs WHERE workflow = 'three' AND status = 'completed'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
+
+
 def perdure_readme(
     runs: int,
     w2_runs: int,
@@ -157,12 +167,7 @@ def perdure_readme(
         with psycopg.connect(url, autocommit=True) as conn:
 
             def done_count() -> tuple[int, float]:
-                row = conn.execute(
-                    "SELECT count(*), coalesce(extract(epoch FROM max(completed_at)), 0)::float8 "
-                    "FROM perdure.runs WHERE workflow = 'three' AND status = 'completed'"
-                ).fetchone()
-                assert row is not None
-                return int(row[0]), float(row[1])
+                return _done_count(conn)
 
             app.run("one", 0, timeout=60)  # the worker is up and warm
             reps = []
@@ -227,12 +232,7 @@ def _in_process(app: Any, url: str, runs: int, w2_runs: int, counter: Any) -> di
     with app.worker(), psycopg.connect(url, autocommit=True) as conn:
 
         def done_count() -> tuple[int, float]:
-            row = conn.execute(
-                "SELECT count(*), coalesce(extract(epoch FROM max(completed_at)), 0)::float8 "
-                "FROM perdure.runs WHERE workflow = 'three' AND status = 'completed'"
-            ).fetchone()
-            assert row is not None
-            return int(row[0]), float(row[1])
+            return _done_count(conn)
 
         app.run("one", 0, timeout=60)
         for rep in range(2):

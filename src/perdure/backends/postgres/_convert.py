@@ -48,7 +48,6 @@ from .._cursor import decode_cursor
 __all__ = [
     "RUN_WIDTH",
     "claim_from_row",
-    "claimed_from_row",
     "dumps",
     "run_from_row",
     "step_from_row",
@@ -263,6 +262,7 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
     start's hot path: no deep copy)."""
     params = {name: getattr(new, name) for name in _NEW_RUN_FIELDS}
     params["input"] = new.input_json
+    params["worker"] = params["lease"] = None  # a start leased to a worker sets them
     return params
 
 
@@ -318,21 +318,18 @@ def create_query(new: NewRun) -> str:
     return "create_keyed_run"
 
 
-def created_from_row(row: tuple[Any, ...]) -> CreateResult:
-    """A ``create_run`` query row: created, the run's columns, input_differs."""
-    return CreateResult(run=run_from_row(row[1:-1]), created=bool(row[0]), input_differs=row[-1])
-
-
-def claimed_from_row(row: tuple[Any, ...]) -> CreateResult:
-    """A ``create_claimed_run`` row: `created_from_row`'s columns, then the lease token,
-    the database's now and the traceparent; ``claimed`` holds the run when the call
-    created it (and so leased it)."""
-    token, now, traceparent = row[-3:]
-    result = created_from_row(row[:-3])
-    if not result.created:
+def created_from_row(row: tuple[Any, ...], leased: bool = False) -> CreateResult:
+    """A row of ``_created_columns`` (create_run, create_keyed_run, start_flow_run):
+    created, the run's columns, input_differs, then the lease token, the database's now
+    and the traceparent, which make the claim of a run ``leased`` at its start (when
+    this call created it)."""
+    run = run_from_row(row[1 : 1 + RUN_WIDTH])
+    differs, token, now, traceparent = row[1 + RUN_WIDTH :]
+    result = CreateResult(run=run, created=bool(row[0]), input_differs=differs)
+    if not (leased and result.created):
         return result
     claim = Claim(
-        run=result.run,
+        run=run,
         lease_token=token,
         journal=(),
         waits=(),

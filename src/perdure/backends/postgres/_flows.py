@@ -23,7 +23,7 @@ from ...records import (
     Transition,
 )
 from .._sqlfiles import load_queries
-from ._conn import PgConnections, pipelined_transaction
+from ._conn import QUERIES, PgConnections, pipelined_transaction
 from ._convert import claim_from_row, created_from_row, new_run_params
 
 __all__ = [
@@ -153,7 +153,7 @@ async def start_flow(
         json.dumps({step: list(keys) for step, *keys in new.step_keys}) if new.step_keys else None
     )
     if claim is None:
-        row = await db.one(Q["start_flow_run"], params)
+        row = await db.one(QUERIES["start_flow_run"], params)
         assert row is not None
         return created_from_row(row)
     params.update(
@@ -166,7 +166,7 @@ async def start_flow(
     async with db.connection() as conn:
         async with pipelined_transaction(conn):
             await conn.execute(Q["quiet_start_wake"], params)
-            started = await conn.execute(Q["start_flow_run"], params)
+            started = await conn.execute(QUERIES["start_flow_run"], params)
             leased = await conn.execute(Q["claim_started_tasks"], params)
         row = await started.fetchone()
         assert row is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..._batching import Batcher
 from ...records import ClaimParams, CreateResult, NewRun
 from ._conn import QUERIES, PgConnections, pipelined_transaction
-from ._convert import claimed_from_row, create_query, created_from_row, new_run_params
+from ._convert import create_query, created_from_row, new_run_params
 
 __all__ = ["Starts"]
 
@@ -32,9 +32,9 @@ class Starts:
         params = new_run_params(new)
         params["worker"] = claim.worker_id
         params["lease"] = claim.lease_seconds
-        row = await self._db.one(QUERIES["create_claimed_run"], params)
+        row = await self._db.one(QUERIES["create_run"], params)
         assert row is not None
-        return claimed_from_row(row)
+        return created_from_row(row, leased=True)
 
     async def drain(self, timeout: float) -> None:
         """Wait for the starts in flight to get their answer."""

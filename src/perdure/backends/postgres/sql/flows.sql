@@ -35,23 +35,6 @@ UPDATE flow_steps SET concurrency = %(concurrency)s::integer,
     fifo = %(fifo)s::boolean
 WHERE flow = %(flow)s::text AND version = %(version)s::integer AND step = %(step)s::text
 
--- name: start_flow_run
--- Start a flow run through start_flow_run(); the row as create_run's.
-SELECT c.created,
-       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
-       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
-       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
-       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
-            THEN (c.run).available_at END,
-       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
-       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
-       NOT c.created AND (c.run).input <> %(input)s::jsonb
-FROM start_flow_run(
-    %(id)s::text, %(workflow)s::text, %(version)s::integer, %(input)s::jsonb,
-    %(priority)s::integer, %(idempotency_key)s::text, %(retention_days)s::integer,
-    %(step_keys)s::jsonb
-) AS c
-
 -- name: run_kind
 SELECT kind FROM runs WHERE id = %(run_id)s::text
 

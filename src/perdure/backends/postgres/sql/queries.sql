@@ -104,41 +104,27 @@ WHERE name = %(name)s AND (%(version)s::integer IS NULL OR version = %(version)s
 ORDER BY version DESC
 LIMIT 1
 
--- name: create_run
--- Create a run idempotently through create_run() and return it with the created flag.
-SELECT c.created,
-       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
-       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
-       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
-       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
-            THEN (c.run).available_at END,
-       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
-       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
-       NOT c.created AND (c.run).input <> %(input)s::jsonb
-FROM create_run(
-    p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
-    p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
-    p_idempotency_key => %(idempotency_key)s::text, p_delay => %(delay)s::double precision,
-    p_run_at => %(run_at)s::timestamptz, p_deadline_in => %(deadline_in)s::double precision,
-    p_deadline_at => %(deadline_at)s::timestamptz,
-    p_retention_days => %(retention_days)s::integer, p_parent_id => %(parent_id)s::text,
-    p_parent_step => %(parent_step)s::text, p_traceparent => %(traceparent)s::text
-) AS c
+-- name: _created_columns
+-- (a part) What create_run and create_keyed_run return of the run c they created or
+-- found: the created flag, the run's columns, whether an existing run's input differs,
+-- and, for a run leased at its start, its lease token, the database's now and its
+-- traceparent (created_from_row() reads them).
+c.created,
+(c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
+(c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
+(c.run).created_at, (c.run).started_at, (c.run).completed_at,
+CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
+     THEN (c.run).available_at END,
+(c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
+(c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
+NOT c.created AND (c.run).input <> %(input)s::jsonb,
+(c.run).lease_token, perdure_now(), (c.run).traceparent
 
--- name: create_claimed_run
--- Create a run as create_run does, leased at once to %(worker)s for %(lease)s seconds
--- if this call creates it (a start handed to a worker of the starting process); also
--- returns its lease token and the database's now.
-SELECT c.created,
-       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
-       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
-       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
-       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
-            THEN (c.run).available_at END,
-       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
-       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
-       NOT c.created AND (c.run).input <> %(input)s::jsonb,
-       (c.run).lease_token, perdure_now(), (c.run).traceparent
+-- name: create_run
+-- Create a run idempotently through create_run() and return it with the created flag;
+-- with %(worker)s, a run it creates is leased to that worker for %(lease)s seconds (a
+-- start handed to a worker of the starting process).
+SELECT {{_created_columns}}
 FROM create_run(
     p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
     p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
@@ -152,15 +138,7 @@ FROM create_run(
 
 -- name: create_keyed_run
 -- Create a run with flow-control keys or a debounce through create_keyed_run(); as create_run.
-SELECT c.created,
-       (c.run).id, (c.run).workflow, (c.run).version, (c.run).status, (c.run).input,
-       (c.run).output, (c.run).error, (c.run).attempt, (c.run).priority, (c.run).parent_id,
-       (c.run).created_at, (c.run).started_at, (c.run).completed_at,
-       CASE WHEN (c.run).status IN ('pending', 'waiting') AND (c.run).available_at <> 'infinity'
-            THEN (c.run).available_at END,
-       (c.run).deadline_at, (c.run).idempotency_key, (c.run).wake_reason,
-       (c.run).retention_days, (c.run).updated_at, (c.run).parent_step,
-       NOT c.created AND (c.run).input <> %(input)s::jsonb
+SELECT {{_created_columns}}
 FROM create_keyed_run(
     p_id => %(id)s, p_workflow => %(workflow)s, p_version => %(version)s::integer,
     p_input => %(input)s::jsonb, p_priority => %(priority)s::integer,
@@ -172,6 +150,16 @@ FROM create_keyed_run(
     p_concurrency_key => %(concurrency_key)s::text, p_fifo_key => %(fifo_key)s::text,
     p_rate_key => %(rate_key)s::text, p_debounce_key => %(debounce_key)s::text,
     p_debounce => %(debounce)s::double precision, p_traceparent => %(traceparent)s::text
+) AS c
+
+-- name: start_flow_run
+-- Start a flow run through start_flow_run() (flows.sql holds the other flow queries);
+-- the row as create_run's.
+SELECT {{_created_columns}}
+FROM start_flow_run(
+    %(id)s::text, %(workflow)s::text, %(version)s::integer, %(input)s::jsonb,
+    %(priority)s::integer, %(idempotency_key)s::text, %(retention_days)s::integer,
+    %(step_keys)s::jsonb
 ) AS c
 
 -- name: cancel_run
