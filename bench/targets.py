@@ -4,7 +4,8 @@ Every contender runs in this one invocation, at its documented default setup and
 separately, at a scaled setup:
 
 * **default** (the README's): perdure with one ``perdure worker`` process and one
-  sync client starting runs one at a time; PgQueuer with one ``QueueManager`` process
+  sync client starting runs one at a time (and, as the README tour runs it, with the
+  worker in the client's process: ``with app.worker():``); PgQueuer with one ``QueueManager`` process
   and one enqueueing coroutine (W1); DBOS direct start, in process (W2).
 * **scaled**: two worker processes of each queue (perdure, PgQueuer) and four
   concurrent starters.
@@ -142,6 +143,10 @@ def main() -> None:
          best(two["w1"]) / best(report["pgqueuer_scaled"]["w1"]), "(report)"),
         ("W2 p50 ÷ DBOS direct p50",
          one["w2_ms"]["p50"] / report["dbos_default"]["w2_ms"]["p50"], "<= 0.5"),
+        ("W1 in-process worker ÷ PgQueuer default",
+         best(one["w1_in_process"]) / best(report["pgqueuer_default"]["w1"]), "(report)"),
+        ("W2 p50 in-process worker ÷ DBOS direct p50",
+         one["w2_in_process_ms"]["p50"] / report["dbos_default"]["w2_ms"]["p50"], "<= 0.5"),
         ("SQLite W2 p50 (ms), worker in another process", report["sqlite"]["w2_ms"]["p50"],
          "<= 5"),
     ]  # fmt: skip
