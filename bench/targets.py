@@ -5,8 +5,9 @@ separately, at a scaled setup:
 
 * **default** (the README's): perdure with one ``perdure worker`` process and one
   sync client starting runs one at a time (and, as the README tour runs it, with the
-  worker in the client's process: ``with app.worker():``); PgQueuer with one ``QueueManager`` process
-  and one enqueueing coroutine (W1); DBOS direct start, in process (W2).
+  worker in the client's process: ``with app.worker():``); PgQueuer with one
+  ``QueueManager`` process and one enqueueing coroutine (W1); DBOS direct start, in
+  process (W2).
 * **scaled**: two worker processes of each queue (perdure, PgQueuer) and four
   concurrent starters.
 
