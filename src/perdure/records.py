@@ -211,6 +211,13 @@ class NewRun:
     #: `StepShape.keyless`)
     step_keys: tuple[tuple[str, str | None, str | None, str | None], ...] = ()
 
+    @property
+    def flow_controlled(self) -> bool:
+        """Whether the start carries flow-control keys or a debounce (its claim, not
+        its start, enforces them)."""
+        keys = (self.concurrency_key, self.fifo_key, self.rate_key, self.debounce_key)
+        return any(key is not None for key in keys)
+
 
 @dataclass(frozen=True, slots=True)
 class CreateResult:

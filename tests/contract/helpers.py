@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, overload
 
-from perdure.backends.base import Backend
+from perdure.backends.base import Backend, Unsubscribe
 from perdure.ids import new_run_id
 from perdure.records import (
     Claim,
@@ -233,3 +234,22 @@ class Notices:
 
     def kinds_for(self, run_id: str) -> list[str]:
         return [kind for kind, rid in self.items if rid == run_id]
+
+
+_warmups = itertools.count()
+
+
+async def listen_live(source: Backend, subscriber: Backend) -> tuple[Notices, Unsubscribe]:
+    """Subscribe on ``subscriber`` and wait until notices from ``source`` reach it (a
+    listener that connects in the background is not mistaken for a lost notice)."""
+    notices = Notices()
+    unsubscribe = await subscriber.listen(notices)
+    warm_ids: list[str] = []
+
+    async def live() -> bool:
+        run = await create(source, f"warmup{next(_warmups)}")
+        warm_ids.append(run.id)
+        return any(notices.has("wake", run_id) for run_id in warm_ids)
+
+    await wait_until(live, timeout=10, interval=0.1)
+    return notices, unsubscribe

@@ -8,43 +8,25 @@ background is not mistaken for a lost notice.
 
 from __future__ import annotations
 
-import itertools
 from datetime import timedelta
 
 import pytest
 
-from perdure.backends.base import Backend, Unsubscribe
+from perdure.backends.base import Backend
 from perdure.records import Complete, Fail, Park, WaitWrite, WorkflowRecord
 
 from .helpers import (
     BackendFactory,
-    Notices,
     claim_one,
     create,
     js,
+    listen_live,
     new_run,
     transition,
     wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-_warmups = itertools.count()
-
-
-async def _listen(source: Backend, subscriber: Backend) -> tuple[Notices, Unsubscribe]:
-    """Subscribe on ``subscriber`` and wait until notices from ``source`` reach it."""
-    notices = Notices()
-    unsubscribe = await subscriber.listen(notices)
-    warm_ids: list[str] = []
-
-    async def live() -> bool:
-        run = await create(source, f"warmup{next(_warmups)}")
-        warm_ids.append(run.id)
-        return any(notices.has("wake", run_id) for run_id in warm_ids)
-
-    await wait_until(live, timeout=10, interval=0.1)
-    return notices, unsubscribe
 
 
 @pytest.fixture
@@ -56,7 +38,7 @@ async def other(backend_factory: BackendFactory) -> Backend:
 async def test_create_run_notifies_wake_to_another_instance(
     backend: Backend, other: Backend
 ) -> None:
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     run = await create(backend)
     await wait_until(lambda: notices.has("wake", run.id))
     assert notices.off_loop == []
@@ -64,7 +46,7 @@ async def test_create_run_notifies_wake_to_another_instance(
 
 
 async def test_subscriber_on_the_same_instance_is_notified(backend: Backend) -> None:
-    notices, unsubscribe = await _listen(backend, backend)
+    notices, unsubscribe = await listen_live(backend, backend)
     run = await create(backend)
     await wait_until(lambda: notices.has("wake", run.id))
     assert notices.off_loop == []
@@ -72,7 +54,7 @@ async def test_subscriber_on_the_same_instance_is_notified(backend: Backend) -> 
 
 
 async def test_complete_and_fail_notify_done(backend: Backend, other: Backend) -> None:
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     ok = await create(backend)
     held = await claim_one(backend)
     assert (await transition(backend, held, Complete(js(1)))).ok
@@ -85,7 +67,7 @@ async def test_complete_and_fail_notify_done(backend: Backend, other: Backend) -
 
 
 async def test_cancel_notifies_cancel_and_done(backend: Backend, other: Backend) -> None:
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     run = await create(backend)
     held = await claim_one(backend)
     assert held.run.id == run.id
@@ -95,7 +77,7 @@ async def test_cancel_notifies_cancel_and_done(backend: Backend, other: Backend)
 
 
 async def test_resolved_signal_and_due_park_notify_wake(backend: Backend, other: Backend) -> None:
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     # A waiting run resolved by a signal.
     waiting = await create(backend)
     held = await claim_one(backend)
@@ -125,7 +107,7 @@ async def test_resolved_signal_and_due_park_notify_wake(backend: Backend, other:
 async def test_publish_notifies_wake(backend: Backend, other: Backend) -> None:
     await backend.register_workflows([WorkflowRecord("sub", 1)])
     await backend.subscribe_topic("evt", "sub")
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     waiting = await create(backend)
     held = await claim_one(backend)
     assert (await transition(backend, held, Park("event"), waits=(WaitWrite("w", "evt"),))).ok
@@ -138,7 +120,7 @@ async def test_publish_notifies_wake(backend: Backend, other: Backend) -> None:
 
 
 async def test_child_end_wakes_the_parent(backend: Backend, other: Backend) -> None:
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     parent = await create(backend)
     held = await claim_one(backend)
     child = new_run("child", parent_id=parent.id, parent_step="c")
@@ -153,8 +135,8 @@ async def test_child_end_wakes_the_parent(backend: Backend, other: Backend) -> N
 
 
 async def test_unsubscribe_stops_delivery(backend: Backend, other: Backend) -> None:
-    stopped, unsubscribe_stopped = await _listen(backend, other)
-    still, unsubscribe_still = await _listen(backend, other)
+    stopped, unsubscribe_stopped = await listen_live(backend, other)
+    still, unsubscribe_still = await listen_live(backend, other)
     await unsubscribe_stopped()
     stopped.items.clear()
 
@@ -169,7 +151,7 @@ async def test_unsubscribe_stops_delivery(backend: Backend, other: Backend) -> N
 async def test_cancel_cascade_notifies_every_cancelled_run(
     backend: Backend, other: Backend
 ) -> None:
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     parent = await create(backend)
     held = await claim_one(backend)
     child = new_run("child", parent_id=parent.id, parent_step="c")

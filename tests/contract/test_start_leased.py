@@ -18,11 +18,11 @@ from .helpers import (
     close_to,
     create,
     event_types,
+    listen_live,
     new_run,
     transition,
     wait_until,
 )
-from .test_notices import _listen
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,7 +92,7 @@ async def test_a_leased_start_sends_no_wake_notice(
     backend: Backend, backend_factory: BackendFactory
 ) -> None:
     other = await backend_factory()
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     try:
         leased = await backend.create_run(new_run(), _for())
         marker = await create(backend)  # committed after: its notice comes after
@@ -143,7 +143,7 @@ async def test_a_flow_start_sends_its_wake_only_for_tasks_left(
 ) -> None:
     await backend.register_flows([FAN])
     other = await backend_factory()
-    notices, unsubscribe = await _listen(backend, other)
+    notices, unsubscribe = await listen_live(backend, other)
     try:
         every = ClaimParams("w-local", FAN_PAIRS, 3, 30.0)
         quiet = await backend.start_flow(new_run("fanout", version=None), every)
@@ -154,3 +154,11 @@ async def test_a_flow_start_sends_its_wake_only_for_tasks_left(
         assert not notices.has("wake", quiet.run.id)
     finally:
         await unsubscribe()
+
+
+async def test_a_start_under_flow_control_is_never_leased(backend: Backend) -> None:
+    keyed = await backend.create_run(new_run(concurrency_key="tenant-1"), _for())
+    assert keyed.created and keyed.claimed == () and keyed.run.status == "pending"
+    debounced = await backend.create_run(new_run(debounce_key="d", debounce=60.0), _for())
+    assert debounced.created and debounced.claimed == ()
+    assert debounced.run.status == "pending"

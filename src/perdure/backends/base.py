@@ -174,7 +174,9 @@ class Backend(abc.ABC):
         call creates is leased to ``claim.worker_id`` for ``claim.lease_seconds`` in the
         same transaction, as `claim_runs` leases one (status ``running``, a new token,
         ``started_at``, ``claims_since_progress`` 1, a ``claimed`` event after
-        ``created``), without a ``wake`` notice, and returned in ``result.claimed``.
+        ``created``), without a ``wake`` notice, and returned in ``result.claimed``. A
+        start under flow control (`NewRun.flow_controlled`) is never leased: the claim
+        enforces its limits.
 
         With an id or (workflow, idempotency key) that already exists, return the
         existing run with ``created=False`` (also under concurrent calls: exactly one

@@ -206,11 +206,4 @@ class LocalStarts:
 
 def _immediate(new: NewRun) -> bool:
     """A start due at once, outside flow control (whose claim enforces its limits)."""
-    return (
-        not new.delay
-        and new.run_at is None
-        and new.concurrency_key is None
-        and new.fifo_key is None
-        and new.rate_key is None
-        and new.debounce_key is None
-    )
+    return not new.delay and new.run_at is None and not new.flow_controlled

@@ -313,7 +313,7 @@ def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict
 
 def create_query(new: NewRun) -> str:
     """The query that creates ``new``: a start under flow control stores its keys."""
-    if new.concurrency_key is None and new.debounce_key is None and new.fifo_key is None:
+    if not new.flow_controlled:
         return "create_run"
     return "create_keyed_run"
 

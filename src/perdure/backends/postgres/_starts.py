@@ -27,7 +27,7 @@ class Starts:
         committed together in the next transaction (group commit), so a client
         starting many runs at once pays one commit per batch, not per run; a lone start
         goes out at once. A start leased to a worker (``claim``) goes out alone."""
-        if claim is None or create_query(new) != "create_run":
+        if claim is None or new.flow_controlled:  # the claim enforces their limits
             return await self._batcher.submit(new)
         params = new_run_params(new)
         params["worker"] = claim.worker_id

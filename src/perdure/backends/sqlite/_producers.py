@@ -46,7 +46,7 @@ def create_run(s: Session, new: NewRun, claim: ClaimParams | None = None) -> Cre
             if pending is not None:
                 return pending
         row = insert_run(s, new, now, parent_id=new.parent_id)
-        if row is not None and claim is not None:  # leased to a worker of this process
+        if row is not None and claim is not None and not new.flow_controlled:  # leased here
             picked = [{"id": new.id, "status": "pending", "lease_owner": None}]
             (leased,) = lease_picked(
                 s, picked, claim, pairs_json(claim.workflows), now, history=False
