@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +106,14 @@ class CommitCounter:
         assert row is not None
         return int(row[0])
 
+    def wal_lsn(self) -> int:
+        """The server's WAL insert position in bytes: its delta is the WAL the server
+        wrote (every writer on the server, so nothing else may write), a measure of
+        database work per step or task that a loaded machine does not blur."""
+        row = self.admin.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+        assert row is not None
+        return int(row[0])
+
     def connections(self) -> tuple[int, int]:
         """(busy, total) backends on the database now."""
         row = self.admin.execute(
@@ -116,6 +126,56 @@ class CommitCounter:
 
     def close(self) -> None:
         self.admin.close()
+
+
+class CpuMeter:
+    """CPU time (user + system) spent from `start` on by this process (the client),
+    by the given worker processes and by the PostgreSQL server's processes, read from
+    ``/proc`` (Linux): where a workload's CPU goes, per run. The server's processes
+    are counted whole, so nothing else may use the server meanwhile."""
+
+    def __init__(self, worker_pids: Iterable[int]) -> None:
+        self.worker_pids = tuple(worker_pids)
+        self._start = self._read()
+
+    def start(self) -> None:
+        """Count from now."""
+        self._start = self._read()
+
+    def per_run(self, runs: int) -> dict[str, float]:
+        """Milliseconds of CPU per run since `start`: client, workers, PostgreSQL."""
+        now = self._read()
+        return {k: round((now[k] - self._start[k]) / runs * 1000, 3) for k in now}
+
+    def _read(self) -> dict[str, float]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        server = 0.0
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and _comm(pid) == "postgres":
+                server += _cpu_seconds(pid)
+        return {
+            "client": usage.ru_utime + usage.ru_stime,
+            "workers": sum(_cpu_seconds(str(p)) for p in self.worker_pids),
+            "postgres": server,
+        }
+
+
+def _comm(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _cpu_seconds(pid: str) -> float:
+    """User + system CPU seconds of a live process (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

@@ -18,8 +18,8 @@ It prints steps or tasks per second and the per-task cost against a workflow ste
 Counts, which a loaded machine does not blur, are printed beside the times: for each
 workload the worker's claim queries, commit batches (`Backend.apply` calls) and lease
 renewals per step or task, counted in this process; and on PostgreSQL the server's
-write transactions per step or task (its xid delta, which counts every writer on the
-server: run it where nothing else writes).
+write transactions and WAL bytes per step or task (its xid and WAL position deltas,
+which count every writer on the server: run it where nothing else writes).
 """
 
 from __future__ import annotations
@@ -129,11 +129,13 @@ async def _measure(
 ) -> tuple[float, dict[str, float]]:
     """Run the workload; its seconds and its counts per unit (step or task)."""
     before, xid0 = calls.snapshot(), xids.next_xid() if xids else 0
+    wal0 = xids.wal_lsn() if xids else 0
     seconds = await _many(app, name, inputs)
     after, xid1 = calls.snapshot(), xids.next_xid() if xids else 0
     counts = {f"{k}_per_unit": round((after[k] - before[k]) / units, 3) for k in calls.names}
     if xids is not None:
         counts["write_xacts_per_unit"] = round((xid1 - xid0) / units, 3)
+        counts["wal_bytes_per_unit"] = round((xids.wal_lsn() - wal0) / units)
     return seconds, counts
 
 

@@ -40,7 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import CommitCounter, fresh_database, percentiles  # noqa: E402
+from _common import CommitCounter, CpuMeter, fresh_database, percentiles  # noqa: E402
 
 APP_MODULE = """
 from perdure import App, Context
@@ -172,9 +172,11 @@ def perdure_readme(
             app.run("one", 0, timeout=60)  # the worker is up and warm
             reps = []
             peak_connections = 0
+            cpu = CpuMeter(p.pid for p in procs)
             for rep in range(2):
                 before = done_count()[0]
                 xid0 = counter.next_xid()
+                cpu.start()
                 t0 = time.time()
                 share = runs // starters
                 first = rep * runs
@@ -198,7 +200,8 @@ def perdure_readme(
                 reps.append(
                     {"steps_per_s": 3 * share * starters / elapsed,
                      "runs_per_s": share * starters / elapsed, "starts_s": starts,
-                     "elapsed_s": elapsed, "writes_per_step": xids / (3 * share * starters)}
+                     "elapsed_s": elapsed, "writes_per_step": xids / (3 * share * starters),
+                     "cpu_ms_per_run": cpu.per_run(runs)}
                 )  # fmt: skip
             out["w1"] = reps
             out["connections"] = peak_connections
@@ -235,9 +238,11 @@ def _in_process(app: Any, url: str, runs: int, w2_runs: int, counter: Any) -> di
             return _done_count(conn)
 
         app.run("one", 0, timeout=60)
+        cpu = CpuMeter(())  # the worker is in this process
         for rep in range(2):
             before = done_count()[0]
             xid0 = counter.next_xid()
+            cpu.start()
             t0 = time.time()
             for i in range(runs):
                 app.start("three", (2 + rep) * runs + i)
@@ -251,7 +256,8 @@ def _in_process(app: Any, url: str, runs: int, w2_runs: int, counter: Any) -> di
             reps.append(
                 {"steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
                  "starts_s": starts, "elapsed_s": elapsed,
-                 "writes_per_step": (counter.next_xid() - xid0) / (3 * runs)}
+                 "writes_per_step": (counter.next_xid() - xid0) / (3 * runs),
+                 "cpu_ms_per_run": cpu.per_run(runs)}
             )  # fmt: skip
         latencies = []
         for i in range(w2_runs):
@@ -311,7 +317,9 @@ def pgqueuer_w1(runs: int, *, workers: int = 1, enqueuers: int = 1) -> dict[str,
     reps = []
     try:
         time.sleep(2)  # let it start listening (its queue is empty until we enqueue)
+        cpu = CpuMeter(p.pid for p in procs)
         for rep in range(2):
+            cpu.start()
             t0 = time.time()
             asyncio.run(_pgq_enqueue(url, runs, enqueuers))
             starts = time.time() - t0
@@ -325,7 +333,7 @@ def pgqueuer_w1(runs: int, *, workers: int = 1, enqueuers: int = 1) -> dict[str,
             elapsed = sorted(float(x) for x in lines)[(rep + 1) * per_rep - 1] - t0
             reps.append(
                 {"steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
-                 "starts_s": starts, "elapsed_s": elapsed}
+                 "starts_s": starts, "elapsed_s": elapsed, "cpu_ms_per_run": cpu.per_run(runs)}
             )  # fmt: skip
     finally:
         for proc in procs:
@@ -379,6 +387,20 @@ def main() -> None:
             theirs = _mean(d["w2_ms"][pct] for d in dbos)
             print(f"W2 {pct} ms (mean of 2), {setup}: perdure {ours:.2f}, "
                   f"DBOS direct {theirs:.2f}, ratio {ours / theirs:.2f}")  # fmt: skip
+    print("W1 CPU ms per run:")
+    for name, reps in (("perdure, CLI worker", [r for p in perdure for r in p["w1"]]),
+                       ("perdure, in-process worker",
+                        [r for p in perdure for r in p["w1_in_process"]]),
+                       ("PgQueuer", [r for q in pgq for r in q["w1"]])):  # fmt: skip
+        print(f"  {name}: {cpu_split(reps)}")
+
+
+def cpu_split(reps: list[dict[str, Any]]) -> str:
+    """The mean CPU milliseconds per run of W1 repetitions, by process."""
+    keys = ("client", "workers", "postgres")
+    means = {k: _mean(r["cpu_ms_per_run"][k] for r in reps) for k in keys}
+    total = sum(means.values())
+    return ", ".join(f"{k} {v:.2f}" for k, v in means.items()) + f", total {total:.2f}"
 
 
 def _mean(values: Iterable[float]) -> float:

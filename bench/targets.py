@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 
 from _common import QUICK, drop_database, fresh_database  # noqa: E402
 from _limit import ROW, run_limit  # noqa: E402
-from readme_setup import dbos_w2, perdure_readme, pgqueuer_w1  # noqa: E402
+from readme_setup import cpu_split, dbos_w2, perdure_readme, pgqueuer_w1  # noqa: E402
 
 START_APP = """
 from perdure import App, Context
@@ -154,6 +154,11 @@ def main() -> None:
     print()
     for name, value, target in rows:
         print(f"{name:<52} {value:8.2f}   target {target}")
+    print("\nW1 CPU ms per run (where it goes; 2 cores hold 2 ms of CPU per ms of wall):")
+    for name, reps in (("perdure, 1 worker", one["w1"]), ("perdure, 2 workers", pair["w1"]),
+                       ("perdure, in-process worker", one["w1_in_process"]),
+                       ("PgQueuer, 1 process", report["pgqueuer_default"]["w1"])):  # fmt: skip
+        print(f"  {name:<28} {cpu_split(reps)}")
 
 
 if __name__ == "__main__":

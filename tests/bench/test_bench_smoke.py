@@ -57,3 +57,21 @@ def test_the_memory_bench_runs_on_sqlite(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert {"runs", "parked", "flow_map_fresh", "flow_map_after_runs"} <= set(report)
     assert set(report["parked"]) == {"nap", "waiter"}
+
+
+def test_the_cpu_meter_counts_this_process() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from _common import CpuMeter
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    meter = CpuMeter([])
+    meter.start()
+    spent = 0
+    while spent < 3_000_000:  # burn some CPU in this process (the "client")
+        spent += 1
+    split = meter.per_run(1)
+    assert set(split) == {"client", "workers", "postgres"}
+    assert split["client"] > 0
+    assert split["workers"] == 0
+    assert split["postgres"] >= 0

@@ -145,6 +145,10 @@ def dumps(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -199,26 +203,37 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         raise ValidationError(f"unknown outcome {outcome!r}")
     if t.step_attempts < 0:
         raise ValidationError("step_attempts must not be negative")
+    # The journal rows and events go as one JSON document each (JSON text of a value
+    # as a string, so SQL NULL stays apart from JSON null): the driver adapts a list
+    # parameter element by element, which cost about 50 µs per transition for the
+    # ten arrays this replaced (bench/RESULTS.md, 2026-11-26).
     params: dict[str, Any] = {
         "run_id": t.run_id,
         "token": t.lease_token,
-        "keys": [s.key for s in steps],
-        "kinds": [s.kind for s in steps],
-        "statuses": [s.status for s in steps],
-        "outputs": [s.output_json for s in steps],
-        "errors": [dumps(s.error) for s in steps],
-        "attempts": [s.attempts for s in steps],
-        "started": [s.started_at for s in steps],
-        "completed": [s.completed_at for s in steps],
-        "event_types": [kind_ for kind_, _ in events],
-        "event_data": [dumps(data) for _, data in events],
+        "keys": [s.key for s in steps],  # for the caller: the queries read "steps"
+        "steps": _compact(
+            [
+                {
+                    "key": s.key,
+                    "kind": s.kind,
+                    "status": s.status,
+                    "output": s.output_json,
+                    "error": dumps(s.error),
+                    "attempts": s.attempts,
+                    "started_at": _iso(s.started_at),
+                    "completed_at": _iso(s.completed_at),
+                }
+                for s in steps
+            ]
+        ),
+        "events": _compact([{"type": type_, "data": dumps(data)} for type_, data in events]),
         "step_attempts": t.step_attempts,
         "outcome": kind,
         "reason": reason,
         "wake_at": wake_at,
         "output": output,
         "error": dumps(error),
-        "reopen": list(outcome.reopen) if isinstance(outcome, Retry) else [],
+        "reopen": list(outcome.reopen) if isinstance(outcome, Retry) and outcome.reopen else None,
     }
     general = bool(t.waits or t.children)
     if general and isinstance(outcome, Retry):  # pragma: no cover - the runner never does

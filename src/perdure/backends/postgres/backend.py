@@ -17,6 +17,7 @@ is the only dynamic identifier and goes through `_ident`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -380,17 +381,21 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
     ) -> list[TransitionResult]:
         results: list[TransitionResult | None] = [None] * len(transitions)
         missing: list[tuple[int, str]] = []
+        asks = {i: _flows.claim_on_complete(transitions[i]) for i, _, _ in planned}
+        # One transition that claims nothing is one statement, atomic on its own: no
+        # BEGIN, COMMIT and pipeline around it (about 80 µs of a lone commit's).
+        alone = len(planned) == 1 and asks[planned[0][0]] is None
         async with self._db.connection() as conn:
             cursors = []
             handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
-            async with pipelined_transaction(conn):
+            async with contextlib.nullcontext() if alone else pipelined_transaction(conn):
                 for index, general, params in planned:
                     query = (
                         QUERIES["apply_transition_general"]
                         if general
                         else QUERIES["apply_transition"]
                     )
-                    handoff = _flows.claim_on_complete(transitions[index])
+                    handoff = asks[index]
                     if handoff is not None:
                         await conn.execute(handoff[0], handoff[2])
                     cursors.append(await conn.execute(query, params))

@@ -411,7 +411,8 @@ RETURNING id
 -- Apply one fenced transition that has no waits and no children, in one statement:
 -- the fenced UPDATE applies the outcome, and every other write selects FROM it, so a
 -- failed fence writes nothing. Returns the journal keys written (no row: lease lost).
-WITH fence AS (
+WITH u AS (SELECT * FROM {{_steps_written}}),  -- the journal rows
+fence AS (
     UPDATE runs AS r SET
         status = CASE %(outcome)s::text
             WHEN 'none' THEN 'running'
@@ -425,7 +426,7 @@ WITH fence AS (
             WHEN 'park' THEN coalesce(
                 least(%(wake_at)s::timestamptz, r.deadline_at,
                       (SELECT min(w.timeout_at) FROM waits w
-                       WHERE w.run_id = r.id AND w.key <> ALL (%(keys)s::text[]))),
+                       WHERE w.run_id = r.id AND w.key NOT IN (SELECT u.key FROM u))),
                 'infinity')
             WHEN 'retry' THEN coalesce(least(%(wake_at)s::timestamptz, r.deadline_at), perdure_now())
             WHEN 'release' THEN perdure_now()
@@ -456,11 +457,7 @@ written AS (
     SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
            u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
     FROM fence f
-    CROSS JOIN unnest(%(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[],
-                      %(outputs)s::text[], %(errors)s::text[], %(attempts)s::integer[],
-                      %(started)s::timestamptz[], %(completed)s::timestamptz[])
-               WITH ORDINALITY
-               AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
+    CROSS JOIN u
     ORDER BY u.ord
     ON CONFLICT (run_id, key) DO UPDATE SET
         seq = excluded.seq, kind = excluded.kind, status = excluded.status,
@@ -474,7 +471,7 @@ unwaited AS (
     DELETE FROM waits w
     USING fence f
     WHERE w.run_id = f.id
-      AND (w.key = ANY (%(keys)s::text[]) OR %(outcome)s::text IN ('complete', 'fail'))
+      AND (w.key IN (SELECT u.key FROM u) OR %(outcome)s::text IN ('complete', 'fail'))
 ),
 unbuffered AS (
     DELETE FROM signals g
@@ -491,8 +488,7 @@ logged AS (
     INSERT INTO events (run_id, type, data)
     SELECT f.id, e.type, e.data::jsonb
     FROM fence f
-    CROSS JOIN unnest(%(event_types)s::text[], %(event_data)s::text[]) WITH ORDINALITY
-               AS e(type, data, ord)
+    CROSS JOIN {{_events_logged}}
     ORDER BY e.ord
 )
 SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
@@ -513,18 +509,48 @@ SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
 FROM fence f
 
 -- name: apply_transition_general
--- Apply one fenced transition of any shape (waits, children) through apply_transition().
+-- Apply one fenced transition of any shape (waits, children) through apply_transition(),
+-- its journal rows and events taken apart into the arrays the function takes.
 SELECT t.ok, t.written
-FROM apply_transition(
+FROM (
+    SELECT coalesce(array_agg(u.key ORDER BY u.ord), '{}') AS keys,
+           coalesce(array_agg(u.kind ORDER BY u.ord), '{}') AS kinds,
+           coalesce(array_agg(u.status ORDER BY u.ord), '{}') AS statuses,
+           coalesce(array_agg(u.output ORDER BY u.ord), '{}') AS outputs,
+           coalesce(array_agg(u.error ORDER BY u.ord), '{}') AS errors,
+           coalesce(array_agg(u.attempts ORDER BY u.ord), '{}') AS attempts,
+           coalesce(array_agg(u.started_at ORDER BY u.ord), '{}') AS started,
+           coalesce(array_agg(u.completed_at ORDER BY u.ord), '{}') AS completed
+    FROM {{_steps_written}}
+) s,
+(
+    SELECT coalesce(array_agg(e.type ORDER BY e.ord), '{}') AS types,
+           coalesce(array_agg(e.data ORDER BY e.ord), '{}') AS data
+    FROM {{_events_logged}}
+) ev,
+apply_transition(
     %(run_id)s::text, %(token)s::bigint,
-    %(keys)s::text[], %(kinds)s::text[], %(statuses)s::text[], %(outputs)s::text[],
-    %(errors)s::text[], %(attempts)s::integer[], %(started)s::timestamptz[],
-    %(completed)s::timestamptz[], %(event_types)s::text[], %(event_data)s::text[],
+    s.keys, s.kinds, s.statuses, s.outputs, s.errors, s.attempts, s.started,
+    s.completed, ev.types, ev.data,
     %(step_attempts)s::integer, %(outcome)s::text, %(reason)s::text,
     %(wake_at)s::timestamptz, %(output)s::text, %(error)s::text,
     %(wait_keys)s::text[], %(wait_events)s::text[], %(wait_matches)s::text[],
     %(wait_timeouts)s::timestamptz[], %(children)s::jsonb
 ) AS t
+
+-- name: _steps_written
+-- (a part) The journal rows of a transition, from its %(steps)s JSON (a list of
+-- objects; output and error as JSON text in a string), in their order (ord).
+ROWS FROM (json_to_recordset(%(steps)s::json) AS (
+    key text, kind text, status text, output text, error text, attempts integer,
+    started_at timestamptz, completed_at timestamptz
+)) WITH ORDINALITY AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
+
+-- name: _events_logged
+-- (a part) The events of a transition, from its %(events)s JSON (a list of objects;
+-- data as JSON text in a string), in their order (ord).
+ROWS FROM (json_to_recordset(%(events)s::json) AS (type text, data text))
+    WITH ORDINALITY AS e(type, data, ord)
 
 -- name: existing_steps
 -- Journal rows of the given (run id, key) pairs (final rows a transition did not overwrite).
