@@ -145,10 +145,6 @@ def dumps(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -211,7 +207,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         "run_id": t.run_id,
         "token": t.lease_token,
         "keys": [s.key for s in steps],  # for the caller: the queries read "steps"
-        "steps": _compact(
+        "steps": dumps(
             [
                 {
                     "key": s.key,
@@ -226,7 +222,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
                 for s in steps
             ]
         ),
-        "events": _compact([{"type": type_, "data": dumps(data)} for type_, data in events]),
+        "events": dumps([{"type": type_, "data": dumps(data)} for type_, data in events]),
         "step_attempts": t.step_attempts,
         "outcome": kind,
         "reason": reason,
