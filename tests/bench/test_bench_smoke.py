@@ -3,6 +3,7 @@ nothing here looks at a figure, only that every workload ran and reported."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -60,12 +61,12 @@ def test_the_memory_bench_runs_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_the_cpu_meter_counts_this_process() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from _common import CpuMeter
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    meter = CpuMeter([])
+    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "_common.py")
+    assert spec is not None and spec.loader is not None
+    common = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = common  # its dataclasses look their module up
+    spec.loader.exec_module(common)
+    meter = common.CpuMeter([])
     meter.start()
     spent = 0
     while spent < 3_000_000:  # burn some CPU in this process (the "client")

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from perdure.backends.base import Backend
+from perdure.records import Complete, StepWrite
 
-from .helpers import create
+from .helpers import claim_one, completed, create, js, transition
 
 TRICKY: list[Any] = [
     3.602879701896397e16,  # jsonb used to read this back as the int 36028797018963970
@@ -47,3 +48,22 @@ async def test_a_run_input_reads_back_exactly(backend: Backend, value: Any) -> N
     stored = await backend.get_run(run.id)
     assert stored is not None
     assert _same(stored.input, value), (value, stored.input)
+
+
+@pytest.mark.parametrize("value", TRICKY, ids=lambda v: repr(v)[:30])
+async def test_step_outputs_errors_and_run_output_read_back_exactly(
+    backend: Backend, value: Any
+) -> None:
+    run = await create(backend)
+    held = await claim_one(backend)
+    # An error is stored as jsonb (numbers normalized): strings only, tricky ones.
+    error = {"type": "Boom", "message": 'a "quote", a \\ backslash, \u2028, é, 💥, "1e5"'}
+    steps = (completed("out", value), StepWrite("err", "run", "failed", None, error))
+    assert (await transition(backend, held, Complete(js(value)), steps=steps)).ok
+    out, err = await backend.get_steps(run.id)
+    assert _same(out.output, value), (value, out.output)
+    assert err.output is None
+    assert err.error is not None and _same(err.error, error), (error, err.error)
+    stored = await backend.get_run(run.id)
+    assert stored is not None
+    assert _same(stored.output, value), (value, stored.output)
