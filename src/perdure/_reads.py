@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ._client import ClientBase, fetch_run
+from ._end_waiters import waiting_for_end
 from ._run_ends import RunEnd, run_ends
 from .backends.base import Backend
 from .context import VALUE_PREFIX
@@ -200,11 +201,6 @@ class Reads(ClientBase):
         backend = await self._backend()
         loop = asyncio.get_running_loop()
         ended = asyncio.Event()
-
-        def on_notice(notice: Notice) -> None:
-            if notice.kind == "done" and notice.run_id in (run_id, None):
-                ended.set()
-
         handed: list[RunEnd] = []
 
         def on_outcome(outcome: RunEnd) -> None:
@@ -212,7 +208,7 @@ class Reads(ClientBase):
             ended.set()
 
         stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
-        unsubscribe = await backend.listen(on_notice)  # any process
+        unsubscribe = await waiting_for_end(backend, run_id, ended.set)  # any process
         poll = 0.1 if backend.dialect == "sqlite" else 1.0
         give_up = None if limit is None else loop.time() + limit
         try:

@@ -1,0 +1,52 @@
+"""result()'s waiters share one notice subscription per event loop, and a run's end
+wakes the waiters of that run only (with a listener per waiter, every notice woke
+every waiter)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from perdure._end_waiters import waiting_for_end
+from perdure.backends.base import Backend
+from perdure.records import Complete, Notice
+
+from ..contract.helpers import claim_one, create, js, transition, wait_until
+
+
+async def test_a_run_end_wakes_its_own_waiters_only(backend: Backend) -> None:
+    first = await create(backend)
+    second = await create(backend)
+    seen: list[Notice] = []
+    unsubscribe = await backend.listen(seen.append)  # what the backend delivered
+    woken: list[str] = []
+    stops = [
+        await waiting_for_end(backend, first.id, lambda: woken.append("first")),
+        await waiting_for_end(backend, first.id, lambda: woken.append("first again")),
+        await waiting_for_end(backend, second.id, lambda: woken.append("second")),
+    ]
+    held = await claim_one(backend)  # the oldest: the first run
+    assert held.run.id == first.id
+    assert (await transition(backend, held, Complete(js("done")))).ok
+    await wait_until(lambda: len(woken) >= 2, timeout=10)
+    await asyncio.sleep(0)  # anything else delivered with it has run by now
+    # A notice without a run id (SQLite: another process changed the file, look again)
+    # rightly wakes everyone; one naming the first run wakes its waiters only.
+    anonymous = any(n.kind == "done" and n.run_id is None for n in seen)
+    assert sorted(w for w in woken if w != "second") == ["first", "first again"]
+    assert anonymous or "second" not in woken, (woken, seen)
+    for stop in stops:
+        await stop()
+    await unsubscribe()
+
+
+async def test_the_last_waiter_leaving_unsubscribes_and_the_next_subscribes_again(
+    backend: Backend,
+) -> None:
+    for _ in range(2):  # a second round after everyone left
+        run = await create(backend)
+        woken = asyncio.Event()
+        stop = await waiting_for_end(backend, run.id, woken.set)
+        held = await claim_one(backend)
+        assert (await transition(backend, held, Complete(js(1)))).ok
+        await asyncio.wait_for(woken.wait(), 10)
+        await stop()
