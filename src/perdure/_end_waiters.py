@@ -18,20 +18,20 @@ Wake = Callable[[], None]
 
 
 class _EndWaiters:
-    """The waiters of one backend (one event loop), by run id."""
+    """The waiters of one backend (one event loop), by run id. It holds no reference
+    to its backend: the registry's weak key would never die."""
 
-    def __init__(self, backend: Backend) -> None:
-        self._backend = backend
+    def __init__(self) -> None:
         self._waiters: dict[str, set[Wake]] = {}
         self._unsubscribe: Unsubscribe | None = None
         self._lock = asyncio.Lock()  # subscribing and unsubscribing
 
-    async def add(self, run_id: str, wake: Wake) -> Callable[[], Awaitable[None]]:
+    async def add(self, backend: Backend, run_id: str, wake: Wake) -> Callable[[], Awaitable[None]]:
         """Call ``wake`` when a notice says the run may have ended (its own end, or a
         notice for any run); returns the coroutine function that stops it."""
         async with self._lock:  # a waiter joins under the lock: the last one leaving
             if self._unsubscribe is None:  # unsubscribes only if nobody joined meanwhile
-                self._unsubscribe = await self._backend.listen(self._on_notice)
+                self._unsubscribe = await backend.listen(self._on_notice)
             self._waiters.setdefault(run_id, set()).add(wake)
 
         async def remove() -> None:
@@ -70,5 +70,5 @@ async def waiting_for_end(
     ended; returns the coroutine function that stops it."""
     waiters = _BY_BACKEND.get(backend)
     if waiters is None:
-        waiters = _BY_BACKEND[backend] = _EndWaiters(backend)
-    return await waiters.add(run_id, wake)
+        waiters = _BY_BACKEND[backend] = _EndWaiters()
+    return await waiters.add(backend, run_id, wake)

@@ -5,9 +5,13 @@ every waiter)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
+from pathlib import Path
 
 from perdure._end_waiters import waiting_for_end
 from perdure.backends.base import Backend
+from perdure.backends.sqlite import SQLiteBackend
 from perdure.records import Complete, Notice
 
 from ..contract.helpers import claim_one, create, js, transition, wait_until
@@ -50,3 +54,15 @@ async def test_the_last_waiter_leaving_unsubscribes_and_the_next_subscribes_agai
         assert (await transition(backend, held, Complete(js(1)))).ok
         await asyncio.wait_for(woken.wait(), 10)
         await stop()
+
+
+async def test_the_registry_keeps_no_backend_alive(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "runs.db")
+    await backend.open()
+    stop = await waiting_for_end(backend, "01ARZ3NDEKTSV4RRFFQ69G5FAV", lambda: None)
+    await stop()
+    await backend.close()
+    gone = weakref.ref(backend)
+    del backend
+    gc.collect()
+    assert gone() is None, "the result waiters' registry kept a closed backend alive"
