@@ -27,8 +27,9 @@ class _EndWaiters:
         self._lock = asyncio.Lock()  # subscribing and unsubscribing
 
     async def add(self, backend: Backend, run_id: str, wake: Wake) -> Callable[[], Awaitable[None]]:
-        """Call ``wake`` when a notice says the run may have ended (its own end, or a
-        notice for any run); returns the coroutine function that stops it."""
+        """Call ``wake`` when a notice says the run may have ended (its own end notice,
+        or an end notice that names no run); returns the coroutine function that stops
+        it."""
         async with self._lock:  # a waiter joins under the lock: the last one leaving
             if self._unsubscribe is None:  # unsubscribes only if nobody joined meanwhile
                 self._unsubscribe = await backend.listen(self._on_notice)
