@@ -64,9 +64,12 @@ SELECT set_config('perdure.claim_on_complete',
 -- claim_runs does, and send the flow run's wake notice if any of them remain. Always one row at least
 -- (all NULL when nothing was claimed), so the notice and the reset always happen.
 WITH ended AS (
+    -- The row by its key alone, its conditions checked after (OFFSET 0 keeps them out
+    -- of the scan): beside kind = 'task', a plan made without statistics read the
+    -- whole tasks index, every task ever run, at each completion.
     SELECT t.parent_id AS flow_id
-    FROM runs t
-    WHERE t.id = %(run_id)s::text AND t.lease_token = %(token)s::bigint
+    FROM (SELECT * FROM runs WHERE id = %(run_id)s::text OFFSET 0) t
+    WHERE t.lease_token = %(token)s::bigint
       AND t.kind = 'task' AND t.status = 'completed' AND t.completed_at = perdure_now()
 ),
 {{_lease_new_tasks}}

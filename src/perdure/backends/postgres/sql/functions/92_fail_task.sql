@@ -22,8 +22,9 @@ BEGIN
     IF error IS NULL OR octet_length(error) > 1048576 THEN
         RAISE EXCEPTION 'error must be a text of at most 1 MiB' USING ERRCODE = 'PD001';
     END IF;
-    SELECT * INTO v_task FROM runs r
-    WHERE r.id = v_id AND r.lease_token = lease_token AND r.status = 'running' AND r.kind = 'task';
+    -- By its key alone, the conditions after (see claim_on_complete in flows.sql).
+    SELECT * INTO v_task FROM (SELECT * FROM runs WHERE id = v_id OFFSET 0) r
+    WHERE r.lease_token = fail_task.lease_token AND r.status = 'running' AND r.kind = 'task';
     IF FOUND THEN
         SELECT coalesce(fs.max_attempts, f.max_attempts), coalesce(fs.base_delay, f.base_delay)
         INTO v_max, v_delay
