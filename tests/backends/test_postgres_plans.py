@@ -1,4 +1,5 @@
-"""Plans that stay right without statistics: a task's completion reads its own row by
+"""Plans: the engine's connections plan each statement once (generic plans), and
+those plans stay right without statistics: a task's completion reads its own row by
 key, whatever the planner knows. With autovacuum off, or before its first ANALYZE, a
 generic plan costs every index alike; the lookup of the completed task once went
 through the partial index of all tasks (``kind = 'task'``), filtering it for the id,
@@ -13,6 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from perdure.backends.base import Backend
+from perdure.backends.postgres._conn import QUERIES
 from perdure.backends.postgres._flows import Q as FLOW_QUERIES
 
 pytestmark = pytest.mark.postgres
@@ -45,7 +48,8 @@ def conn(postgres_backend, postgres_database):  # type: ignore[no-untyped-def]
 
 
 def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> Any:
-    """The generic plan of ``query`` (its %(name)s placeholders made $n), as JSON."""
+    """The generic plan of ``query`` (its %(name)s placeholders made $n, NULL where
+    ``params`` has no value), as JSON."""
     names: list[str] = []
 
     def numbered(match: re.Match[str]) -> str:
@@ -56,7 +60,7 @@ def _generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, A
     text = re.sub(r"%\((\w+)\)s", numbered, query)
     conn.execute(sql.SQL("PREPARE planned AS {}").format(sql.SQL(text)))  # type: ignore[arg-type]
     try:
-        values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+        values = sql.SQL(", ").join(sql.Literal(params.get(name)) for name in names)
         explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE planned ({})").format(values)
         row = conn.execute(explain).fetchone()
     finally:
@@ -72,9 +76,17 @@ def _scans_of_runs(node: Any) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("name", ["claim_on_complete", "claim_started_tasks"])
-def test_a_completion_reads_runs_by_index_conditions_only(
-    conn: psycopg.Connection[Any], name: str
+@pytest.mark.parametrize(
+    "query",
+    [
+        pytest.param(FLOW_QUERIES["claim_on_complete"], id="claim_on_complete"),
+        pytest.param(FLOW_QUERIES["claim_started_tasks"], id="claim_started_tasks"),
+        pytest.param(QUERIES["apply_transition"], id="apply_transition"),
+        pytest.param(QUERIES["get_run"], id="get_run"),
+    ],
+)
+def test_a_hot_statement_reads_runs_by_index_conditions_only(
+    conn: psycopg.Connection[Any], query: str
 ) -> None:
     params = {
         "run_id": "flow-2:a:0",
@@ -85,12 +97,33 @@ def test_a_completion_reads_runs_by_index_conditions_only(
         "lease": 30.0,
         "workflows": ["f:a"],
         "versions": [1],
+        "outcome": "complete",
+        "steps": "[]",
+        "events": "[]",
+        "step_attempts": 0,
     }
-    scans = _scans_of_runs(_generic_plan(conn, FLOW_QUERIES[name], params))
+    scans = _scans_of_runs(_generic_plan(conn, query, params))
     assert scans
     for scan in scans:
         if scan["Node Type"] == "ModifyTable":
             continue
         # Every read of runs is bounded by its index condition (the task's id, or its
         # flow run's tasks), never a filter over a whole index.
-        assert "Index Cond" in scan, (name, scan["Node Type"], scan.get("Index Name"))
+        assert "Index Cond" in scan, (scan["Node Type"], scan.get("Index Name"))
+
+
+async def test_the_engine_connections_plan_each_statement_once(
+    postgres_backend: Backend,
+) -> None:
+    # Left to PostgreSQL's choice, a transition was planned anew on every call.
+    db = postgres_backend._db  # type: ignore[attr-defined]
+    assert await db.one("SHOW plan_cache_mode") == ("force_generic_plan",)
+
+
+async def test_a_listing_is_planned_for_its_filters_on_each_call(
+    postgres_backend: Backend,
+) -> None:
+    db = postgres_backend._db  # type: ignore[attr-defined]
+    assert await db.all("SHOW plan_cache_mode", custom_plan=True) == [("force_custom_plan",)]
+    # Only for that statement: its transaction ended, and the setting with it.
+    assert await db.one("SHOW plan_cache_mode") == ("force_generic_plan",)

@@ -55,8 +55,19 @@ class PgConnections:
         return self._pool is not None
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Connection options: the schema on the search path, UTC, autocommit."""
-        options = f"-c search_path={self._schema} -c TimeZone=UTC"
+        """Connection options: the schema on the search path, UTC, generic plans,
+        autocommit.
+
+        Generic plans: a statement is planned once per connection, never per call.
+        The engine's statements have one shape whatever their values, and their
+        generic plans are checked (tests/backends/test_postgres_plans.py). Left to
+        PostgreSQL's choice, a transition whose values fold parts of it away looked
+        cheaper planned per call, and was: about 0.33 ms of planning per transition,
+        more than it took to run (bench/RESULTS.md, 2026-11-26). A query whose filters
+        are optional asks for a plan per call (`all(custom_plan=True)`)."""
+        options = (
+            f"-c search_path={self._schema} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan"
+        )
         try:
             given = conninfo_to_dict(self.dsn).get("options")
         except psycopg.ProgrammingError as exc:
@@ -183,10 +194,15 @@ class PgConnections:
         query: LiteralString,
         params: dict[str, Any] | None = None,
         *,
-        prepare: bool = True,
+        custom_plan: bool = False,
     ) -> Rows:
         """Run one autocommit statement and fetch its rows. A deadlock or serialization
         failure rolled the statement back entirely, so it is retried.
+
+        ``custom_plan``: plan the statement for its values on this call (a read whose
+        optional filters fold away, so that the indexes of the given ones apply),
+        in a one-round-trip transaction that sets it; otherwise the connection's
+        generic plan.
 
         A statement whose loss in a database crash is harmless (claims, lease
         renewals) calls ``commit_unsynced()`` in its own SQL: it commits without
@@ -197,7 +213,12 @@ class PgConnections:
 
         async def once() -> Rows:
             async with self.connection() as conn:
-                cur = await conn.execute(query, params, prepare=None if prepare else False)
+                if not custom_plan:
+                    cur = await conn.execute(query, params)
+                else:
+                    async with pipelined_transaction(conn):
+                        await conn.execute(QUERIES["plan_per_call"])
+                        cur = await conn.execute(query, params, prepare=False)
                 rows: Rows = await cur.fetchall()
                 return rows
 

@@ -246,7 +246,7 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         rows = await self._db.all(
             QUERIES["list_runs"],
             list_runs_params(params, limit),
-            prepare=False,  # custom plans: the NULL filters fold away, indexes apply
+            custom_plan=True,  # the NULL filters fold away, the given ones' indexes apply
         )
         items = [run_from_row(row) for row in rows[:limit]]
         last = items[-1] if len(rows) > limit and items else None

@@ -71,6 +71,11 @@ BEGIN
 -- Commit an apply batch.
 COMMIT
 
+-- name: plan_per_call
+-- In a read's transaction: plan its statement for the values of this call (the
+-- connections otherwise keep one generic plan per statement).
+SET LOCAL plan_cache_mode = force_custom_plan
+
 -- name: now
 -- The database clock.
 SELECT perdure_now()
