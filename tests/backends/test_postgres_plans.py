@@ -16,6 +16,7 @@ from psycopg import sql
 
 from perdure.backends.base import Backend
 from perdure.backends.postgres._conn import QUERIES
+from perdure.backends.postgres._convert import plain_claim_params
 from perdure.backends.postgres._flows import Q as FLOW_QUERIES
 
 pytestmark = pytest.mark.postgres
@@ -81,6 +82,7 @@ def _scans_of_runs(node: Any) -> list[dict[str, Any]]:
     [
         pytest.param(FLOW_QUERIES["claim_on_complete"], id="claim_on_complete"),
         pytest.param(FLOW_QUERIES["claim_started_tasks"], id="claim_started_tasks"),
+        pytest.param(QUERIES["claim_runs"], id="claim_runs"),
         pytest.param(QUERIES["apply_transition"], id="apply_transition"),
         pytest.param(QUERIES["get_run"], id="get_run"),
     ],
@@ -101,14 +103,16 @@ def test_a_hot_statement_reads_runs_by_index_conditions_only(
         "steps": "[]",
         "events": "[]",
         "step_attempts": 0,
+        **plain_claim_params(),
     }
     scans = _scans_of_runs(_generic_plan(conn, query, params))
     assert scans
     for scan in scans:
         if scan["Node Type"] == "ModifyTable":
             continue
-        # Every read of runs is bounded by its index condition (the task's id, or its
-        # flow run's tasks), never a filter over a whole index.
+        # Every read of runs is bounded by its index condition (a run's id, a flow
+        # run's tasks; a claim walks the claim index in order under its limit), never
+        # a filter over a whole index or the table.
         assert "Index Cond" in scan, (scan["Node Type"], scan.get("Index Name"))
 
 
