@@ -42,6 +42,7 @@ from ...records import (
     Wait,
     waiting_data,
 )
+from ...names import validate_workflow_name
 from ...serialization import Undecodable, brief_error
 from .._cursor import decode_cursor
 
@@ -323,10 +324,18 @@ def limited_claim_params(params: ClaimParams, stray: bool | None = None) -> dict
 
 
 def create_query(new: NewRun) -> str:
-    """The query that creates ``new``: a start under flow control stores its keys."""
-    if not new.flow_controlled:
-        return "create_run"
-    return "create_keyed_run"
+    """The query that creates ``new``: a start under flow control stores its keys; the
+    common start (relative times only) is one plain statement, ``insert_new_run``,
+    which returns no row when the run's id or idempotency key is taken (then
+    ``create_run`` finds the run that holds it). Its values were validated by the
+    caller; the workflow name, which the table does not check, is checked again here
+    as create_run() does."""
+    validate_workflow_name(new.workflow)
+    if new.flow_controlled:
+        return "create_keyed_run"
+    if new.run_at is None and new.deadline_at is None:
+        return "insert_new_run"
+    return "create_run"
 
 
 def created_from_row(row: tuple[Any, ...], leased: bool = False) -> CreateResult:

@@ -32,7 +32,9 @@ class Starts:
         params = new_run_params(new)
         params["worker"] = claim.worker_id
         params["lease"] = claim.lease_seconds
-        row = await self._db.one(QUERIES["create_run"], params)
+        row = await self._db.one(QUERIES[create_query(new)], params)
+        if row is None:  # its id or key is taken: create_run returns that run
+            row = await self._db.one(QUERIES["create_run"], params)
         assert row is not None
         return created_from_row(row, leased=True)
 
@@ -55,21 +57,29 @@ class Starts:
                 results.append(exc)
         return results
 
-    async def _create_together(self, batch: list[NewRun]) -> list[CreateResult]:
+    async def _create_together(self, batch: list[NewRun]) -> list[CreateResult | Exception]:
         async with self._db.connection() as conn:
             cursors = []
             async with pipelined_transaction(conn):
                 for new in batch:
                     query = QUERIES[create_query(new)]
                     cursors.append(await conn.execute(query, new_run_params(new)))
-            results = []
-            for cur in cursors:
-                row = await cur.fetchone()
-                assert row is not None
+            rows = [await cur.fetchone() for cur in cursors]
+        results: list[CreateResult | Exception] = []
+        for new, row in zip(batch, rows, strict=True):
+            if row is None:  # its id or key was taken: see create_one
+                try:
+                    results.append(await self._create_one(new))
+                except Exception as exc:
+                    results.append(exc)
+            else:
                 results.append(created_from_row(row))
-            return results
+        return results
 
     async def _create_one(self, new: NewRun) -> CreateResult:
-        row = await self._db.one(QUERIES[create_query(new)], new_run_params(new))
+        params = new_run_params(new)
+        row = await self._db.one(QUERIES[create_query(new)], params)
+        if row is None:  # its id or idempotency key is taken: create_run returns that run
+            row = await self._db.one(QUERIES["create_run"], params)
         assert row is not None
         return created_from_row(row)

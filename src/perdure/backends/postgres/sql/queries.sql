@@ -141,6 +141,59 @@ FROM create_run(
     p_lease_owner => %(worker)s::text, p_lease => %(lease)s::double precision
 ) AS c
 
+-- name: insert_new_run
+-- The common start from Python (values validated there; no flow-control keys, no
+-- absolute times), in one statement with no function layers: insert_run's plain and
+-- leased inserts, its events and its wake notice. A start that finds its id or
+-- idempotency key taken returns no row, and the caller goes through create_run, which
+-- returns the run that holds it (and records a differing input).
+WITH c AS (
+    INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
+                      parent_id, parent_step, available_at, deadline_at, retention_days,
+                      traceparent, lease_owner, lease_token, lease_expires_at, started_at,
+                      claims_since_progress)
+    VALUES (%(id)s::text, %(workflow)s::text, %(version)s::integer,
+            CASE WHEN %(worker)s::text IS NULL THEN 'pending' ELSE 'running' END,
+            %(input)s::jsonb, %(priority)s::integer, %(idempotency_key)s::text,
+            %(parent_id)s::text, %(parent_step)s::text,
+            perdure_now() + make_interval(secs => coalesce(
+                %(lease)s::double precision, %(delay)s::double precision)),
+            perdure_now() + make_interval(secs => %(deadline_in)s::double precision),
+            %(retention_days)s::integer, %(traceparent)s::text, %(worker)s::text,
+            -- the token rule of a claim's (_new_lease) for a row without one
+            CASE WHEN %(worker)s::text IS NULL THEN 0
+                 ELSE greatest(1, (extract(epoch FROM perdure_now()) * 1000)::bigint) END,
+            perdure_now() + make_interval(secs => %(lease)s::double precision),
+            CASE WHEN %(worker)s::text IS NOT NULL THEN perdure_now() END,
+            CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE 1 END)
+    ON CONFLICT DO NOTHING
+    RETURNING *
+),
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT c.id, 'created', jsonb_strip_nulls(jsonb_build_object(
+        'workflow', c.workflow, 'version', c.version, 'parent_id', c.parent_id))
+    FROM c
+    UNION ALL
+    SELECT c.id, 'claimed', jsonb_build_object('worker', c.lease_owner,
+                                               'lease_token', c.lease_token)
+    FROM c
+    WHERE c.lease_owner IS NOT NULL
+),
+woken AS (
+    -- send_notice('w', id), inline; a leased start wakes no one
+    SELECT count(pg_notify(current_schema() || '.wake', 'w:' || c.id)) AS sent
+    FROM c
+    WHERE c.lease_owner IS NULL
+)
+SELECT true,
+       c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       CASE WHEN c.status = 'pending' THEN c.available_at END,
+       c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days, c.updated_at,
+       c.parent_step, false, c.lease_token, perdure_now(), c.traceparent
+FROM c, woken
+
 -- name: create_keyed_run
 -- Create a run with flow-control keys or a debounce through create_keyed_run(); as create_run.
 SELECT {{_created_columns}}
