@@ -10,6 +10,9 @@ first; SQLite: a temporary file):
 * W1 beside it: ``--runs`` runs of a 5-step workflow (the same five trivial steps);
 * F1, a 5-step diamond flow (a -> b, c, d -> e), ``--runs`` runs, measured against W1
   in the order W1, F1, F1, W1 after an uncounted W1;
+* R1, ``--runs`` runs of a one-step workflow, in the order R1, F1, F1, R1 around the
+  second pair: a flow task is a run of its own (claimed, leased, fenced and ended
+  like one), so its cost is also given against a whole one-step run's;
 * F2, one run of a map over ``--map-size`` elements, then a step that sums them.
 
 It prints steps or tasks per second and the per-task cost against a workflow step's
@@ -61,6 +64,10 @@ def _small(i: int) -> dict[str, int]:
 
 def define(app: App) -> None:
     """The workflow and the two flows."""
+
+    @app.workflow
+    async def single(ctx: Context, n: int) -> dict[str, int]:
+        return await ctx.step.run("a", lambda: _small(n))
 
     @app.workflow
     async def five(ctx: Context, n: int) -> dict[str, int]:
@@ -188,25 +195,34 @@ def main() -> None:
     async def workloads() -> list[tuple[float, dict[str, float]]]:
         # One event loop for all: the client's connections stay open between them. An
         # uncounted W1 first (the first workload on a fresh schema runs ~1.3x faster
-        # than the next ones), then W1 and F1 in the order W1, F1, F1, W1, so drift
-        # between them cancels out.
+        # than the next ones), then W1 and F1 in the order W1, F1, F1, W1, and R1 and
+        # F1 in the order R1, F1, F1, R1, so drift within each pair cancels out.
         inputs = list(range(runs))
         await _many(app, "five", inputs)
-        order = ["five", "diamond", "diamond", "five"]
-        timed = [await _measure(app, name, inputs, calls, xids, runs * 5) for name in order]
+        order = ["five", "diamond", "diamond", "five", "single", "diamond", "diamond", "single"]
+        timed = [
+            await _measure(app, name, inputs, calls, xids, runs * (1 if name == "single" else 5))
+            for name in order
+        ]
+        first, second = timed[:4], timed[4:]
         return [
             _mean([t for name, t in zip(order, timed, strict=True) if name == "five"]),
-            _mean([t for name, t in zip(order, timed, strict=True) if name == "diamond"]),
+            _mean([first[1], first[2]]),
+            _mean([t for name, t in zip(order, timed, strict=True) if name == "single"]),
+            _mean([second[1], second[2]]),
             await _measure(app, "fanout", [list(range(size))], calls, xids, size + 1),
         ]
 
     with app.worker(concurrency=args.concurrency):
-        (w1, w1_counts), (f1, f1_counts), (f2, f2_counts) = asyncio.run(workloads())
+        measured = asyncio.run(workloads())
+    (w1, w1_counts), (f1, f1_counts), (r1, _r1), (f1b, _f1b), (f2, f2_counts) = measured
     app.close()
     if xids is not None:
         xids.close()
     step_us = w1 / (runs * 5) * 1e6
     task_us = f1 / (runs * 5) * 1e6
+    run_us = r1 / runs * 1e6
+    task_by_run_us = f1b / (runs * 5) * 1e6
     map_us = f2 / (size + 1) * 1e6
     results.update(
         w1_steps_per_s=round(runs * 5 / w1, 1),
@@ -216,6 +232,9 @@ def main() -> None:
         f1_us_per_task=round(task_us, 1),
         f2_us_per_task=round(map_us, 1),
         task_over_step=round(task_us / step_us, 2),
+        r1_us_per_run=round(run_us, 1),
+        f1_us_per_task_beside_r1=round(task_by_run_us, 1),
+        task_over_one_step_run=round(task_by_run_us / run_us, 2),
         w1_counts_per_step=w1_counts,
         f1_counts_per_task=f1_counts,
         f2_counts_per_task=f2_counts,

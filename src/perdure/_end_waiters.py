@@ -28,8 +28,7 @@ class _EndWaiters:
 
     async def add(self, backend: Backend, run_id: str, wake: Wake) -> Callable[[], Awaitable[None]]:
         """Call ``wake`` when a notice says the run may have ended (its own end notice,
-        or an end notice that names no run); returns the coroutine function that stops
-        it."""
+        or a notice that names no run); returns the coroutine function that stops it."""
         async with self._lock:  # a waiter joins under the lock: the last one leaving
             if self._unsubscribe is None:  # unsubscribes only if nobody joined meanwhile
                 self._unsubscribe = await backend.listen(self._on_notice)
@@ -51,12 +50,14 @@ class _EndWaiters:
         return remove
 
     def _on_notice(self, notice: Notice) -> None:
-        if notice.kind != "done":
-            return
-        if notice.run_id is None:  # the backend cannot say which run: everyone looks
+        if notice.run_id is None:
+            # The backend cannot say which run (a listener that reconnected may have
+            # missed end notices, whatever its kind): everyone looks.
             wakes = [w for waiters in self._waiters.values() for w in waiters]
-        else:
+        elif notice.kind == "done":
             wakes = list(self._waiters.get(notice.run_id, ()))
+        else:
+            return
         for wake in wakes:
             wake()
 

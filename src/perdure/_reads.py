@@ -209,7 +209,11 @@ class Reads(ClientBase):
 
         stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
         unsubscribe = await waiting_for_end(backend, run_id, ended.set)  # any process
-        poll = 0.1 if backend.dialect == "sqlite" else 1.0
+        # The end notice (or this process's worker) wakes the waiter; the poll is a
+        # safety net. On PostgreSQL it backs off from 1 s to 30 s, so that many waiters
+        # do not each read the database every second (a listener that reconnects wakes
+        # them all); SQLite's stays at 0.1 s.
+        poll, max_poll = (0.1, 0.1) if backend.dialect == "sqlite" else (1.0, 30.0)
         give_up = None if limit is None else loop.time() + limit
         try:
             while True:
@@ -224,7 +228,7 @@ class Reads(ClientBase):
                     raise WorkflowFailed(run_id, error)
                 if status == "cancelled":
                     raise WorkflowCancelled(run_id)
-                wait = poll
+                wait, poll = poll, min(poll * 2, max_poll)
                 if give_up is not None:
                     remaining = give_up - loop.time()
                     if remaining <= 0:

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from perdure._end_waiters import waiting_for_end
 from perdure.backends._sqlfiles import load_migrations
 from perdure.backends.postgres import PostgresBackend
 from perdure.backends.postgres._conn import QUERIES
@@ -175,7 +176,30 @@ async def test_listener_reconnects_after_its_connection_is_killed(
     producer = await make_backend()
     queue: asyncio.Queue[Notice] = asyncio.Queue()
     await listener.listen(queue.put_nowait)
+    await _kill_the_listener(schema)
+    # After re-LISTENing, subscribers get a bare wake so they re-poll.
+    await _next_notice(queue, lambda n: n == Notice("wake", None))
+    created = await producer.create_run(_new())
+    await _next_notice(queue, lambda n: n == Notice("wake", created.run.id))
 
+
+async def test_result_waiters_look_again_when_the_listener_reconnects(
+    make_backend: BackendFactory, schema: str
+) -> None:
+    """An end notice sent while the listener was down is lost: the bare wake of its
+    reconnect wakes every result waiter, so none waits out its backing-off poll."""
+    backend = await make_backend()
+    woken = asyncio.Event()
+    stop = await waiting_for_end(backend, new_run_id(), woken.set)
+    try:
+        await _kill_the_listener(schema)
+        await asyncio.wait_for(woken.wait(), 10)
+    finally:
+        await stop()
+
+
+async def _kill_the_listener(schema: str) -> None:
+    """Terminate the one connection LISTENing on the schema's channels."""
     admin = await _admin()
     try:
         cur = await admin.execute(
@@ -187,11 +211,6 @@ async def test_listener_reconnects_after_its_connection_is_killed(
         await admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
     finally:
         await admin.close()
-
-    # After re-LISTENing, subscribers get a bare wake so they re-poll.
-    await _next_notice(queue, lambda n: n == Notice("wake", None))
-    created = await producer.create_run(_new())
-    await _next_notice(queue, lambda n: n == Notice("wake", created.run.id))
 
 
 # --------------------------------------------------------------------------- claims

@@ -24,6 +24,7 @@ from ...errors import (
     RunStateError,
     ValidationError,
 )
+from ...names import validate_workflow_name
 from ...records import (
     Claim,
     ClaimParams,
@@ -42,7 +43,6 @@ from ...records import (
     Wait,
     waiting_data,
 )
-from ...names import validate_workflow_name
 from ...serialization import Undecodable, brief_error
 from .._cursor import decode_cursor
 
