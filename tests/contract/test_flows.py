@@ -138,3 +138,22 @@ async def test_maps_over_an_empty_list_or_a_non_list(backend: Backend) -> None:
     # a flow's tasks are listed under their run only
     listed = await backend.list_runs(ListRunsParams(limit=50))
     assert {r.id for r in listed.items} == {empty.run.id, bad.run.id}
+
+
+async def test_a_map_over_a_non_list_stops_the_steps_defined_after_it(backend: Backend) -> None:
+    # Ready steps start in definition order: the one before the failing map started
+    # (and its task is cancelled with the run), the one after it never starts.
+    shape = FlowShape(
+        "ordered", steps=(StepShape("first"), StepShape("m", (), "run"), StepShape("last"))
+    )
+    await backend.register_flows([shape])
+    bad = await backend.start_flow(new_run("ordered", version=None, input={"k": 1}))
+    assert bad.run.status == "failed"
+    steps = {s.name: s for s in await backend.get_steps(bad.run.id)}
+    assert {name: s.status for name, s in steps.items()} == {
+        "first": "cancelled",
+        "m": "failed",
+        "last": "created",
+    }
+    assert [t.status for t in steps["first"].tasks] == ["cancelled"]
+    assert steps["last"].tasks == ()

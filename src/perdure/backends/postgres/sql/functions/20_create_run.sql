@@ -21,14 +21,8 @@ LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
     v_result record;
 BEGIN
-    -- Guards first, so the common start (no key, no times) calls no helper.
-    IF p_id IS NULL OR length(p_id) NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION 'the run id must be 1-255 characters, got %', quote_nullable(left(p_id, 80))
-            USING ERRCODE = 'PD001';
-    END IF;
-    IF p_idempotency_key IS NOT NULL THEN
-        PERFORM check_key('the idempotency key', p_idempotency_key);
-    END IF;
+    -- Guards first.
+    PERFORM check_start(p_id, p_idempotency_key, p_input, p_priority, p_retention_days);
     IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$' THEN
         RAISE EXCEPTION 'invalid workflow name %: use 1-128 letters, digits, ''_'', ''.'' or ''-'', starting with a letter or digit',
             quote_nullable(left(p_workflow, 200)) USING ERRCODE = 'PD001';
@@ -36,17 +30,6 @@ BEGIN
     IF p_version < 1 THEN
         RAISE EXCEPTION 'invalid workflow version %: expected an integer >= 1',
             p_version USING ERRCODE = 'PD001';
-    END IF;
-    IF p_input IS NULL THEN
-        RAISE EXCEPTION 'the input must be a JSON value (use ''null''::jsonb for none), not SQL NULL'
-            USING ERRCODE = 'PD001';
-    END IF;
-    IF p_priority IS NULL THEN
-        RAISE EXCEPTION 'priority must be an integer, not NULL' USING ERRCODE = 'PD001';
-    END IF;
-    IF p_retention_days IS NULL OR p_retention_days < 0 THEN
-        RAISE EXCEPTION 'invalid retention_days %: expected an integer >= 0',
-            quote_nullable(p_retention_days) USING ERRCODE = 'PD001';
     END IF;
     IF p_delay IS NOT NULL AND NOT (p_delay >= 0 AND p_delay < 'Infinity') THEN
         RAISE EXCEPTION 'invalid delay %: expected a finite number of seconds >= 0', p_delay

@@ -15,20 +15,94 @@ DECLARE
     v_run runs;
     v_step record;
     v_source json;
-    v_input jsonb;
     v_count integer;
     v_progress boolean := true;
     v_inserted boolean := false;
+    v_maps boolean;
+    v_stop integer;
 BEGIN
     SELECT * INTO v_run FROM runs WHERE id = p_run_id;
+    SELECT EXISTS (SELECT 1 FROM flow_steps fs
+                   WHERE fs.flow = v_run.workflow AND fs.version = v_run.version
+                     AND fs.map_over IS NOT NULL)
+    INTO v_maps;
     WHILE v_progress LOOP
         v_progress := false;
+        -- The steps are taken in definition order, and a ready map over something that
+        -- is not a list fails the run: the steps after it are not started.
+        v_stop := NULL;
+        IF v_maps THEN
+            SELECT st.step_index INTO v_stop
+            FROM flow_states st
+            JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
+                              AND fs.step = st.step
+            WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
+              AND NOT EXISTS (
+                  SELECT 1 FROM flow_deps d
+                  JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
+                  WHERE d.flow = v_run.workflow AND d.version = v_run.version
+                    AND d.step = st.step AND ds.status <> 'completed')
+              AND json_typeof(CASE WHEN fs.map_over = 'run' THEN v_run.input::json
+                                   ELSE (SELECT so.output FROM flow_states so
+                                         WHERE so.run_id = p_run_id
+                                           AND so.step = fs.map_over) END) <> 'array'
+            ORDER BY st.step_index
+            LIMIT 1;
+        END IF;
+        -- Every ready single step before it at once: one task each, its input the
+        -- run's input and its dependencies' outputs.
+        WITH ready AS (
+            SELECT st.step, st.step_index, st.concurrency_key, st.fifo_key, st.rate_key
+            FROM flow_states st
+            JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
+                              AND fs.step = st.step
+            WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NULL
+              AND (v_stop IS NULL OR st.step_index < v_stop)
+              AND NOT EXISTS (
+                  SELECT 1 FROM flow_deps d
+                  JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
+                  WHERE d.flow = v_run.workflow AND d.version = v_run.version
+                    AND d.step = st.step AND ds.status <> 'completed')
+        ),
+        tasks AS (
+            INSERT INTO runs (id, workflow, version, status, input, priority, parent_id,
+                              parent_step, available_at, retention_days, kind, task_index,
+                              concurrency_key, fifo_key, rate_key)
+            SELECT p_run_id || ':' || r.step || ':0', v_run.workflow || ':' || r.step,
+                   v_run.version, 'pending',
+                   jsonb_build_object('run', v_run.input) || coalesce((
+                       SELECT jsonb_object_agg(d.dep, ds.output::jsonb)
+                       FROM flow_deps d
+                       JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
+                       WHERE d.flow = v_run.workflow AND d.version = v_run.version
+                         AND d.step = r.step), '{}'),
+                   v_run.priority, p_run_id, r.step, perdure_now(), v_run.retention_days,
+                   'task', 0, r.concurrency_key, r.fifo_key, r.rate_key
+            FROM ready r
+            ORDER BY r.step_index
+            RETURNING id, workflow, version, parent_step
+        ),
+        logged AS (
+            INSERT INTO events (run_id, type, data)
+            SELECT t.id, 'created', jsonb_build_object(
+                'workflow', t.workflow, 'version', t.version, 'parent_id', p_run_id,
+                'task_index', 0)
+            FROM tasks t
+        )
+        UPDATE flow_states st SET status = 'started', task_count = 1, remaining_tasks = 1,
+            started_at = perdure_now()
+        FROM tasks t
+        WHERE st.run_id = p_run_id AND st.step = t.parent_step;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_inserted := v_inserted OR v_count > 0;
+        -- Then the ready map steps, one by one (the first over a non-list fails the run).
+        CONTINUE WHEN NOT v_maps;
         FOR v_step IN
             SELECT fs.step, fs.map_over, st.concurrency_key, st.fifo_key, st.rate_key
             FROM flow_states st
             JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
                               AND fs.step = st.step
-            WHERE st.run_id = p_run_id AND st.status = 'created'
+            WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
             ORDER BY st.step_index
         LOOP
             CONTINUE WHEN EXISTS (
@@ -36,16 +110,7 @@ BEGIN
                 JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
                 WHERE d.flow = v_run.workflow AND d.version = v_run.version
                   AND d.step = v_step.step AND ds.status <> 'completed');
-            IF v_step.map_over IS NULL THEN
-                SELECT jsonb_build_object('run', v_run.input)
-                       || coalesce(jsonb_object_agg(d.dep, ds.output::jsonb), '{}')
-                INTO v_input
-                FROM flow_deps d
-                JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
-                WHERE d.flow = v_run.workflow AND d.version = v_run.version
-                  AND d.step = v_step.step;
-                v_source := json_build_array(v_input);
-            ELSIF v_step.map_over = 'run' THEN
+            IF v_step.map_over = 'run' THEN
                 v_source := v_run.input::json;
             ELSE
                 SELECT output INTO v_source FROM flow_states
@@ -104,13 +169,7 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM flow_states WHERE run_id = p_run_id AND status <> 'completed')
     THEN
-        PERFORM flow_end(p_run_id, 'completed', (
-            SELECT coalesce(json_object_agg(st.step, st.output ORDER BY st.step_index), '{}')
-            FROM flow_states st
-            WHERE st.run_id = p_run_id AND NOT EXISTS (
-                SELECT 1 FROM flow_deps d
-                WHERE d.flow = v_run.workflow AND d.version = v_run.version
-                  AND d.dep = st.step)), NULL, NULL);
+        PERFORM flow_complete(p_run_id, v_run.workflow, v_run.version);
     END IF;
 END
 $$;

@@ -18,9 +18,11 @@ DECLARE
     v_map text;
     v_left integer;
     v_output json;
+    v_flow text;
+    v_version integer;
 BEGIN
-    SELECT r.parent_step, r.task_index, fs.map_over
-    INTO v_step, v_index, v_map
+    SELECT r.parent_step, r.task_index, fs.map_over, f.workflow, f.version
+    INTO v_step, v_index, v_map, v_flow, v_version
     FROM runs r
     JOIN runs f ON f.id = p_flow_id
     JOIN flow_steps fs ON fs.flow = f.workflow AND fs.version = f.version AND fs.step = r.parent_step
@@ -53,7 +55,23 @@ BEGIN
     END IF;
     UPDATE flow_states SET status = 'completed', output = v_output, completed_at = perdure_now()
     WHERE run_id = p_flow_id AND step = v_step;
-    PERFORM flow_advance(p_flow_id);
+    -- Only a dependent of this step can have become ready (then flow_advance() starts
+    -- it), and the run ends when every step completed.
+    IF EXISTS (
+        SELECT 1 FROM flow_deps d
+        JOIN flow_states st ON st.run_id = p_flow_id AND st.step = d.step
+        WHERE d.flow = v_flow AND d.version = v_version AND d.dep = v_step
+          AND st.status = 'created'
+          AND NOT EXISTS (
+              SELECT 1 FROM flow_deps o
+              JOIN flow_states os ON os.run_id = p_flow_id AND os.step = o.dep
+              WHERE o.flow = v_flow AND o.version = v_version AND o.step = d.step
+                AND os.status <> 'completed')) THEN
+        PERFORM flow_advance(p_flow_id);
+    ELSIF NOT EXISTS (SELECT 1 FROM flow_states
+                      WHERE run_id = p_flow_id AND status <> 'completed') THEN
+        PERFORM flow_complete(p_flow_id, v_flow, v_version);
+    END IF;
     RETURN false;
 END
 $$;

@@ -28,17 +28,34 @@ BEGIN
             CASE WHEN p_version IS NULL THEN '' ELSE ' version ' || p_version END)
             USING ERRCODE = 'PD001';
     END IF;
-    SELECT * INTO v_result FROM create_run(
-        p_id, p_flow, v_version, p_input, p_priority, p_idempotency_key,
-        p_retention_days => p_retention_days);
-    created := v_result.created;
-    run := v_result.run;
-    IF NOT created THEN
-        RETURN;
+    PERFORM check_start(p_id, p_idempotency_key, p_input, p_priority, p_retention_days);
+    -- The run as it lives (running, never due: its tasks are claimed, not it) in one
+    -- insert, with its created event. No wake notice: flow_advance() sends the one for
+    -- the tasks it starts.
+    INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
+                      available_at, retention_days, kind, started_at)
+    VALUES (p_id, p_flow, v_version, 'running', p_input, p_priority, p_idempotency_key,
+            'infinity', p_retention_days, 'flow', perdure_now())
+    ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        created := true;
+        INSERT INTO events (run_id, type, data)
+        VALUES (p_id, 'created', jsonb_build_object('workflow', p_flow, 'version', v_version));
+    ELSE
+        -- The id or key is taken: create_run() returns the run that holds it (and
+        -- records a differing input), or creates the run if that one is gone again.
+        SELECT * INTO v_result FROM create_run(
+            p_id, p_flow, v_version, p_input, p_priority, p_idempotency_key,
+            p_retention_days => p_retention_days);
+        created := v_result.created;
+        run := v_result.run;
+        IF NOT created THEN
+            RETURN;
+        END IF;
+        UPDATE runs SET kind = 'flow', status = 'running', available_at = 'infinity',
+            started_at = perdure_now()
+        WHERE id = p_id;
     END IF;
-    UPDATE runs SET kind = 'flow', status = 'running', available_at = 'infinity',
-        started_at = perdure_now()
-    WHERE id = p_id;
     INSERT INTO flow_states (run_id, step, step_index, status, concurrency_key, fifo_key,
                              rate_key)
     SELECT p_id, fs.step, fs.step_index, 'created', k.lane, k.fifo, k.rate
