@@ -3,6 +3,8 @@ and starts handed to a worker of the starting process, leased to it at once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..._batching import Batcher
 from ...records import ClaimParams, CreateResult, NewRun
 from ._conn import QUERIES, PgConnections, pipelined_transaction
@@ -32,11 +34,7 @@ class Starts:
         params = new_run_params(new)
         params["worker"] = claim.worker_id
         params["lease"] = claim.lease_seconds
-        row = await self._db.one(QUERIES[create_query(new)], params)
-        if row is None:  # its id or key is taken: create_run returns that run
-            row = await self._db.one(QUERIES["create_run"], params)
-        assert row is not None
-        return created_from_row(row, leased=True)
+        return created_from_row(await self._row(new, params), leased=True)
 
     async def drain(self, timeout: float) -> None:
         """Wait for the starts in flight to get their answer."""
@@ -67,19 +65,24 @@ class Starts:
             rows = [await cur.fetchone() for cur in cursors]
         results: list[CreateResult | Exception] = []
         for new, row in zip(batch, rows, strict=True):
-            if row is None:  # its id or key was taken: see create_one
-                try:
-                    results.append(await self._create_one(new))
-                except Exception as exc:
-                    results.append(exc)
-            else:
-                results.append(created_from_row(row))
+            try:
+                found = row if row is not None else await self._taken(new_run_params(new))
+                results.append(created_from_row(found))
+            except Exception as exc:
+                results.append(exc)
         return results
 
     async def _create_one(self, new: NewRun) -> CreateResult:
-        params = new_run_params(new)
+        return created_from_row(await self._row(new, new_run_params(new)))
+
+    async def _row(self, new: NewRun, params: dict[str, Any]) -> tuple[Any, ...]:
+        """The row of ``new``'s start statement (``create_query``)."""
         row = await self._db.one(QUERIES[create_query(new)], params)
-        if row is None:  # its id or idempotency key is taken: create_run returns that run
-            row = await self._db.one(QUERIES["create_run"], params)
+        return row if row is not None else await self._taken(params)
+
+    async def _taken(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """A plain start found its run id or idempotency key taken (no row):
+        ``create_run`` returns the run that holds it and records a differing input."""
+        row = await self._db.one(QUERIES["create_run"], params)
         assert row is not None
-        return created_from_row(row)
+        return row
