@@ -37,11 +37,7 @@ BEGIN
             JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
                               AND fs.step = st.step
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
-              AND NOT EXISTS (
-                  SELECT 1 FROM flow_deps d
-                  JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
-                  WHERE d.flow = v_run.workflow AND d.version = v_run.version
-                    AND d.step = st.step AND ds.status <> 'completed')
+              AND flow_deps_done(p_run_id, v_run.workflow, v_run.version, st.step)
               AND json_typeof(CASE WHEN fs.map_over = 'run' THEN v_run.input::json
                                    ELSE (SELECT so.output FROM flow_states so
                                          WHERE so.run_id = p_run_id
@@ -58,11 +54,7 @@ BEGIN
                               AND fs.step = st.step
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NULL
               AND (v_stop IS NULL OR st.step_index < v_stop)
-              AND NOT EXISTS (
-                  SELECT 1 FROM flow_deps d
-                  JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
-                  WHERE d.flow = v_run.workflow AND d.version = v_run.version
-                    AND d.step = st.step AND ds.status <> 'completed')
+              AND flow_deps_done(p_run_id, v_run.workflow, v_run.version, st.step)
         ),
         tasks AS (
             INSERT INTO runs (id, workflow, version, status, input, priority, parent_id,
@@ -105,11 +97,8 @@ BEGIN
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
             ORDER BY st.step_index
         LOOP
-            CONTINUE WHEN EXISTS (
-                SELECT 1 FROM flow_deps d
-                JOIN flow_states ds ON ds.run_id = p_run_id AND ds.step = d.dep
-                WHERE d.flow = v_run.workflow AND d.version = v_run.version
-                  AND d.step = v_step.step AND ds.status <> 'completed');
+            CONTINUE WHEN NOT flow_deps_done(p_run_id, v_run.workflow, v_run.version,
+                                             v_step.step);
             IF v_step.map_over = 'run' THEN
                 v_source := v_run.input::json;
             ELSE

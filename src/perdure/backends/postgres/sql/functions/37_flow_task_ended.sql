@@ -62,11 +62,7 @@ BEGIN
         JOIN flow_states st ON st.run_id = p_flow_id AND st.step = d.step
         WHERE d.flow = v_flow AND d.version = v_version AND d.dep = v_step
           AND st.status = 'created'
-          AND NOT EXISTS (
-              SELECT 1 FROM flow_deps o
-              JOIN flow_states os ON os.run_id = p_flow_id AND os.step = o.dep
-              WHERE o.flow = v_flow AND o.version = v_version AND o.step = d.step
-                AND os.status <> 'completed')) THEN
+          AND flow_deps_done(p_flow_id, v_flow, v_version, d.step)) THEN
         PERFORM flow_advance(p_flow_id);
     ELSIF NOT EXISTS (SELECT 1 FROM flow_states
                       WHERE run_id = p_flow_id AND status <> 'completed') THEN
