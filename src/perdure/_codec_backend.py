@@ -35,6 +35,7 @@ from .records import (
     Fail,
     ListRunsParams,
     NewRun,
+    Notice,
     Page,
     Published,
     QueueGauge,
@@ -348,8 +349,17 @@ class CodecBackend(Backend):
     async def watch_run(self, run_id: str, watcher: str, seconds: float | None) -> None:
         await self.inner.watch_run(run_id, watcher, seconds)
 
-    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
-        return await self.inner.listen(callback, progress=progress)
+    async def listen(
+        self, callback: NoticeCallback, *, ends: bool = True, progress: bool = False
+    ) -> Unsubscribe:
+        def unsealed(notice: Notice) -> None:
+            # An end notice carries the output as stored (sealed): the waiter reads the
+            # run instead, through this wrapper.
+            if notice.status == "completed" and notice.outcome_json is not None:
+                notice = replace(notice, outcome_json=None)
+            callback(notice)
+
+        return await self.inner.listen(unsealed, ends=ends, progress=progress)
 
 
 def _pass_through(name: str) -> Any:

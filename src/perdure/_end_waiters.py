@@ -9,12 +9,14 @@ import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
 
+from ._run_ends import RunEnd
 from .backends.base import Backend, Unsubscribe
 from .records import Notice
+from .serialization import decode_stored
 
-__all__ = ["waiting_for_end"]
+__all__ = ["end_told", "waiting_for_end"]
 
-Wake = Callable[[], None]
+Wake = Callable[[Notice], None]
 
 
 class _EndWaiters:
@@ -27,8 +29,9 @@ class _EndWaiters:
         self._lock = asyncio.Lock()  # subscribing and unsubscribing
 
     async def add(self, backend: Backend, run_id: str, wake: Wake) -> Callable[[], Awaitable[None]]:
-        """Call ``wake`` when a notice says the run may have ended (its own end notice,
-        or a notice that names no run); returns the coroutine function that stops it."""
+        """Call ``wake`` with the notice that says the run may have ended (its own end
+        notice, or a notice that names no run); returns the coroutine function that
+        stops it."""
         async with self._lock:  # a waiter joins under the lock: the last one leaving
             if self._unsubscribe is None:  # unsubscribes only if nobody joined meanwhile
                 self._unsubscribe = await backend.listen(self._on_notice)
@@ -59,7 +62,7 @@ class _EndWaiters:
         else:
             return
         for wake in wakes:
-            wake()
+            wake(notice)
 
 
 _BY_BACKEND: weakref.WeakKeyDictionary[Backend, _EndWaiters] = weakref.WeakKeyDictionary()
@@ -68,9 +71,30 @@ _BY_BACKEND: weakref.WeakKeyDictionary[Backend, _EndWaiters] = weakref.WeakKeyDi
 async def waiting_for_end(
     backend: Backend, run_id: str, wake: Wake
 ) -> Callable[[], Awaitable[None]]:
-    """Call ``wake`` on the backend's loop when a notice says run ``run_id`` may have
-    ended; returns the coroutine function that stops it."""
+    """Call ``wake`` on the backend's loop with each notice that says run ``run_id``
+    may have ended; returns the coroutine function that stops it."""
     waiters = _BY_BACKEND.get(backend)
     if waiters is None:
         waiters = _BY_BACKEND[backend] = _EndWaiters()
     return await waiters.add(backend, run_id, wake)
+
+
+def end_told(notices: list[Notice], read_attempt: int | None) -> RunEnd | None:
+    """How the run ended, if one of ``notices`` (its end notices) says it in full and
+    can be trusted: only after a read saw the run live at ``read_attempt``, and only
+    of that attempt or a later one (an end of an earlier attempt predates a retry)."""
+    if read_attempt is None:
+        return None
+    for notice in reversed(notices):
+        if notice.status is None or notice.attempt is None or notice.attempt < read_attempt:
+            continue
+        if notice.status == "cancelled":
+            return ("cancelled", None, None)
+        if notice.outcome_json is None:
+            continue
+        told = decode_stored(notice.outcome_json)
+        if notice.status == "completed":
+            return ("completed", told, None)
+        if isinstance(told, dict):
+            return ("failed", None, told)
+    return None

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ._client import ClientBase, fetch_run
-from ._end_waiters import waiting_for_end
+from ._end_waiters import end_told, waiting_for_end
 from ._run_ends import RunEnd, run_ends
 from .backends.base import Backend
 from .context import VALUE_PREFIX
@@ -202,26 +202,35 @@ class Reads(ClientBase):
         loop = asyncio.get_running_loop()
         ended = asyncio.Event()
         handed: list[RunEnd] = []
+        notices: list[Notice] = []
 
         def on_outcome(outcome: RunEnd) -> None:
             handed.append(outcome)
             ended.set()
 
+        def on_notice(notice: Notice) -> None:
+            notices.append(notice)
+            ended.set()
+
         stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
-        unsubscribe = await waiting_for_end(backend, run_id, ended.set)  # any process
+        unsubscribe = await waiting_for_end(backend, run_id, on_notice)  # any process
         # The end notice (or this process's worker) wakes the waiter; the poll is a
         # safety net. On PostgreSQL it backs off from 1 s to 30 s, so that many waiters
         # do not each read the database every second (a listener that reconnects wakes
         # them all); SQLite's stays at 0.1 s.
         poll, max_poll = (0.1, 0.1) if backend.dialect == "sqlite" else (1.0, 30.0)
         give_up = None if limit is None else loop.time() + limit
+        read_attempt: int | None = None  # the attempt the last read saw live
         try:
             while True:
-                if handed:
-                    status, output, error = handed[0]
+                told = handed[0] if handed else end_told(notices, read_attempt)
+                notices.clear()
+                if told is not None:  # the end notice said it all: no read
+                    status, output, error = told
                 else:
                     run = await fetch_run(backend, run_id)
                     status, output, error = run.status, run.output, run.error
+                    read_attempt = run.attempt
                 if status == "completed":
                     return output
                 if status == "failed":

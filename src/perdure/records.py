@@ -506,10 +506,19 @@ class Notice:
     kind ``wake``: work may be claimable (run_id if known); ``done``: the run ended;
     ``cancel``: the run was cancelled (the worker holding it should stop it);
     ``progress``: the run's history grew (only to listeners that asked for it).
+
+    A ``done`` notice may say how the run ended: ``status`` (``completed``,
+    ``failed``, ``cancelled``; None: read the run), the run's ``attempt`` at its end
+    (a waiter whose read saw a later attempt knows the notice predates a retry), and
+    ``outcome_json``, the output (completed) or error (failed) as stored JSON text when
+    the notice could carry it.
     """
 
     kind: Literal["wake", "done", "cancel", "progress"]
     run_id: str | None = None
+    status: Literal["completed", "failed", "cancelled"] | None = None
+    attempt: int | None = None
+    outcome_json: str | None = None
 
 
 def waiting_data(park: Park, waits: tuple[WaitWrite, ...]) -> dict[str, Any]:

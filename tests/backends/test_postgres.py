@@ -9,6 +9,7 @@ Each test gets its own schema ``swt_<hex>``, dropped (CASCADE) afterwards.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,10 +20,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from perdure._codec_backend import CodecBackend
 from perdure._end_waiters import waiting_for_end
 from perdure.backends._sqlfiles import load_migrations
 from perdure.backends.postgres import PostgresBackend
 from perdure.backends.postgres._conn import QUERIES
+from perdure.codec import FernetCodec
 from perdure.errors import RunNotFound, SchemaVersionError, ValidationError
 from perdure.ids import is_run_id, new_run_id
 from perdure.records import (
@@ -154,12 +157,14 @@ async def test_notices_reach_subscribers_of_another_instance(make_backend: Backe
     [claim] = await producer.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
     [result] = await producer.apply([Transition(run_id, claim.lease_token, outcome=Complete("1"))])
     assert result.ok
-    await _next_notice(queue, lambda n: n == Notice("done", run_id))
+    done = await _next_notice(queue, lambda n: n.kind == "done")
+    assert done == Notice("done", run_id, "completed", 1, "1")  # how it ended: no read
 
     other = await producer.create_run(_new())
     assert await producer.cancel_run(other.run.id)
     await _next_notice(queue, lambda n: n == Notice("cancel", other.run.id))
-    await _next_notice(queue, lambda n: n == Notice("done", other.run.id))
+    cancelled = await _next_notice(queue, lambda n: n.kind == "done")
+    assert cancelled == Notice("done", other.run.id, "cancelled", 1, None)
 
     await unsubscribe()
     second: asyncio.Queue[Notice] = asyncio.Queue()
@@ -167,6 +172,103 @@ async def test_notices_reach_subscribers_of_another_instance(make_backend: Backe
     last = await producer.create_run(_new())
     await _next_notice(second, lambda n: n == Notice("wake", last.run.id))
     assert all(queue.get_nowait().run_id != last.run.id for _ in range(queue.qsize()))
+
+
+async def test_end_notices_say_how_the_run_ended_whatever_its_id(
+    make_backend: BackendFactory,
+) -> None:
+    """A run's end notice carries its status, attempt and output or error, so that a
+    waiter returns without reading the run; an id may hold any character (':' too),
+    and an output too large for a notice is left for the read."""
+    listener = await make_backend()
+    producer = await make_backend()
+    queue: asyncio.Queue[Notice] = asyncio.Queue()
+    await listener.listen(queue.put_nowait)
+    odd = "order:42:ü 😀"
+    large = '"' + "x" * 8000 + '"'
+    ends: dict[str, Complete | Fail] = {
+        odd: Complete('{"total": 3}'),
+        "failing:1": Fail({"type": "ValueError", "message": "no"}),
+        "large": Complete(large),
+    }
+    for run_id, outcome in ends.items():
+        await producer.create_run(NewRun(run_id, "wf", 1, "{}"))
+        [claim] = await producer.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
+        assert claim.run.id == run_id
+        [done] = await producer.apply([Transition(run_id, claim.lease_token, outcome=outcome)])
+        assert done.ok
+    seen: dict[str | None, Notice] = {}
+    while len(seen) < len(ends):
+        notice = await _next_notice(queue, lambda n: n.kind == "done")
+        seen[notice.run_id] = notice
+    assert seen[odd] == Notice("done", odd, "completed", 1, '{"total": 3}')
+    failed = seen["failing:1"]
+    assert (failed.status, failed.attempt) == ("failed", 1)
+    assert failed.outcome_json is not None
+    assert json.loads(failed.outcome_json) == {"type": "ValueError", "message": "no"}
+    assert seen["large"] == Notice("done", "large", "completed", 1, None)
+
+
+async def test_with_a_codec_an_end_notice_leaves_the_output_to_the_read(
+    make_backend: BackendFactory,
+) -> None:
+    """The notice holds the output as stored, sealed: the codec wrapper drops it, so a
+    waiter reads the run through the wrapper and gets it opened."""
+    sealed = CodecBackend(await make_backend(), FernetCodec(FernetCodec.generate_key()))
+    queue: asyncio.Queue[Notice] = asyncio.Queue()
+    await sealed.listen(queue.put_nowait)
+    created = await sealed.create_run(_new())
+    [claim] = await sealed.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
+    [done] = await sealed.apply(
+        [Transition(created.run.id, claim.lease_token, outcome=Complete('"secret"'))]
+    )
+    assert done.ok
+    notice = await _next_notice(queue, lambda n: n.kind == "done")
+    assert notice == Notice("done", created.run.id, "completed", 1, None)
+    run = await sealed.get_run(created.run.id)
+    assert run is not None and run.output == "secret"
+
+
+async def test_a_subscriber_that_needs_no_ends_hears_none(make_backend: BackendFactory) -> None:
+    """A worker without limits subscribes with ends=False: its connection does not
+    LISTEN to runs' ends, so its process is not woken by every run's end."""
+    listener = await make_backend()
+    producer = await make_backend()
+    queue: asyncio.Queue[Notice] = asyncio.Queue()
+    await listener.listen(queue.put_nowait, ends=False)
+    first = await producer.create_run(_new())
+    [claim] = await producer.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
+    [done] = await producer.apply(
+        [Transition(first.run.id, claim.lease_token, outcome=Complete("1"))]
+    )
+    assert done.ok
+    later = await producer.create_run(_new())
+    # Notices arrive in commit order: had the end been sent to this connection, it
+    # would have arrived before the later run's wake.
+    await _next_notice(queue, lambda n: n == Notice("wake", later.run.id))
+    kinds = [queue.get_nowait().kind for _ in range(queue.qsize())]
+    assert "done" not in kinds
+
+
+async def test_processes_of_earlier_versions_still_hear_runs_end(
+    make_backend: BackendFactory, schema: str
+) -> None:
+    """During a rolling upgrade, the processes of the earlier version listen on
+    '<schema>.done' for 'd:<run id>': an end still sends it."""
+    producer = await make_backend()
+    old = await psycopg.AsyncConnection.connect(DSN, autocommit=True)
+    try:
+        await old.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"{schema}.done")))
+        created = await producer.create_run(_new())
+        [claim] = await producer.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
+        [done] = await producer.apply(
+            [Transition(created.run.id, claim.lease_token, outcome=Complete("1"))]
+        )
+        assert done.ok
+        payloads = [item.payload async for item in old.notifies(timeout=WAIT, stop_after=1)]
+        assert payloads == [f"d:{created.run.id}"]
+    finally:
+        await old.close()
 
 
 async def test_listener_reconnects_after_its_connection_is_killed(
@@ -190,7 +292,7 @@ async def test_result_waiters_look_again_when_the_listener_reconnects(
     reconnect wakes every result waiter, so none waits out its backing-off poll."""
     backend = await make_backend()
     woken = asyncio.Event()
-    stop = await waiting_for_end(backend, new_run_id(), woken.set)
+    stop = await waiting_for_end(backend, new_run_id(), lambda _: woken.set())
     try:
         await _kill_the_listener(schema)
         await asyncio.wait_for(woken.wait(), 10)
@@ -204,7 +306,7 @@ async def _kill_the_listener(schema: str) -> None:
     try:
         cur = await admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE %s",
-            (f'%LISTEN "{schema}.done"',),
+            (f'%LISTEN "{schema}.%',),
         )
         pids = [row[0] for row in await cur.fetchall()]
         assert len(pids) == 1, pids

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from perdure._end_waiters import waiting_for_end
@@ -24,9 +25,9 @@ async def test_a_run_end_wakes_its_own_waiters_only(backend: Backend) -> None:
     unsubscribe = await backend.listen(seen.append)  # what the backend delivered
     woken: list[str] = []
     stops = [
-        await waiting_for_end(backend, first.id, lambda: woken.append("first")),
-        await waiting_for_end(backend, first.id, lambda: woken.append("first again")),
-        await waiting_for_end(backend, second.id, lambda: woken.append("second")),
+        await waiting_for_end(backend, first.id, lambda _: woken.append("first")),
+        await waiting_for_end(backend, first.id, lambda _: woken.append("first again")),
+        await waiting_for_end(backend, second.id, lambda _: woken.append("second")),
     ]
     held = await claim_one(backend)  # the oldest: the first run
     assert held.run.id == first.id
@@ -43,13 +44,17 @@ async def test_a_run_end_wakes_its_own_waiters_only(backend: Backend) -> None:
     await unsubscribe()
 
 
+def _setter(event: asyncio.Event) -> Callable[[Notice], None]:
+    return lambda _: event.set()
+
+
 async def test_the_last_waiter_leaving_unsubscribes_and_the_next_subscribes_again(
     backend: Backend,
 ) -> None:
     for _ in range(2):  # a second round after everyone left
         run = await create(backend)
         woken = asyncio.Event()
-        stop = await waiting_for_end(backend, run.id, woken.set)
+        stop = await waiting_for_end(backend, run.id, _setter(woken))
         held = await claim_one(backend)
         assert (await transition(backend, held, Complete(js(1)))).ok
         await asyncio.wait_for(woken.wait(), 10)
@@ -59,7 +64,7 @@ async def test_the_last_waiter_leaving_unsubscribes_and_the_next_subscribes_agai
 async def test_the_registry_keeps_no_backend_alive(tmp_path: Path) -> None:
     backend = SQLiteBackend(tmp_path / "runs.db")
     await backend.open()
-    stop = await waiting_for_end(backend, "01ARZ3NDEKTSV4RRFFQ69G5FAV", lambda: None)
+    stop = await waiting_for_end(backend, "01ARZ3NDEKTSV4RRFFQ69G5FAV", lambda _: None)
     await stop()
     await backend.close()
     gone = weakref.ref(backend)

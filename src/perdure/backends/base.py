@@ -514,12 +514,15 @@ class Backend(abc.ABC):
         other runs do not pay for. A backend whose notices cost nothing may ignore it."""
 
     @abc.abstractmethod
-    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
+    async def listen(
+        self, callback: NoticeCallback, *, ends: bool = True, progress: bool = False
+    ) -> Unsubscribe:
         """Call ``callback`` (on the subscriber's event loop) for every notice from
         any process using this database (SQLite: this process only); with
         ``progress``, also for every transition of a live run (``progress`` notices,
-        which only such listeners receive). Returns an async function that
-        unsubscribes."""
+        which only such listeners receive). ``ends=False`` says the subscriber has no
+        use for ``done`` notices: a backend may then spare it (and its process) the
+        one every run's end sends. Returns an async function that unsubscribes."""
 
 
 def deliver(callbacks: Sequence[NoticeCallback], notices: Sequence[Notice]) -> None:

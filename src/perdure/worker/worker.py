@@ -312,7 +312,7 @@ class Worker:
         except ConfigurationError:
             await self._deregister(backend)
             raise
-        unsubscribe = await backend.listen(self._on_notice)
+        unsubscribe = await backend.listen(self._on_notice, ends=bool(self._limits))
         # A commit is retried through a database outage of up to two minutes (or four
         # leases): the fence makes retrying safe, and the run stays this worker's.
         committer = Committer(backend, give_up=max(120.0, 4 * self.lease))

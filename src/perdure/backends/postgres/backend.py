@@ -483,7 +483,9 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         async with self._db.connection() as conn:
             await conn.execute(query, params)
 
-    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
+    async def listen(
+        self, callback: NoticeCallback, *, ends: bool = True, progress: bool = False
+    ) -> Unsubscribe:
         if not self._db.is_open:
             raise BackendError("the PostgreSQL backend is not open (call open() first)")
         if self._listener is None:
@@ -493,13 +495,13 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             self._listener = Listener(
                 self._db.dsn,
                 {**kwargs, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5},
-                [
-                    ident(QUERIES["listen"], f"{self._schema}.wake"),
-                    ident(QUERIES["listen"], f"{self._schema}.done"),
-                ],
+                [ident(QUERIES["listen"], f"{self._schema}.wake")]
+                + ([ident(QUERIES["listen"], f"{self._schema}.ended")] if ends else []),
                 sql.SQL(QUERIES["ping"]),
             )
             await self._listener.start()
+        if ends:
+            self._listener.also_listen(ident(QUERIES["listen"], f"{self._schema}.ended"))
         if progress:
             self._listener.also_listen(ident(QUERIES["listen"], f"{self._schema}.progress"))
         return self._listener.add(callback)

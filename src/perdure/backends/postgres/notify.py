@@ -1,8 +1,9 @@
 """The LISTEN side of notices: one dedicated connection per backend.
 
 The listener keeps a non-pool connection (autocommit) LISTENing on the schema's
-``<schema>.wake`` and ``<schema>.done`` channels and turns each notification into a
-`Notice`. When the connection is lost (server restart, ``pg_terminate_backend``,
+``<schema>.wake`` channel, and on ``<schema>.ended`` (runs' ends) and
+``<schema>.progress`` when a subscriber asks for them, and turns each notification
+into a `Notice`. When the connection is lost (server restart, ``pg_terminate_backend``,
 half-open TCP caught by the periodic ping) it reconnects with jittered exponential
 backoff capped at 5 s, LISTENs again and then delivers ``Notice("wake")`` so
 subscribers re-poll for whatever they missed. Notices are hints; polling is the
@@ -31,16 +32,35 @@ __all__ = ["Listener", "parse_notice"]
 log = logging.getLogger("perdure.backends.postgres")
 
 _KINDS: dict[str, Any] = {"w": "wake", "c": "cancel", "d": "done", "p": "progress"}
+_ENDS: dict[str, Any] = {"c": "completed", "f": "failed", "x": "cancelled", "?": None}
 
 
 def parse_notice(payload: str) -> Notice | None:
-    """``w:<id>`` → wake, ``c:<id>`` → cancel, ``d:<id>`` → done, ``p:<id>`` →
-    progress; None if malformed."""
+    """``w:<id>`` → wake, ``c:<id>`` → cancel, ``p:<id>`` → progress, and a run's end:
+    ``e<status><attempt>:<id length>:<id><outcome>`` (see send_end() in
+    10_send_notice.sql; ``d:<id>`` from the ``.done`` channel, which this version no
+    longer listens to, also parses) → done; None if malformed."""
+    if payload.startswith("e"):
+        return _parse_end(payload)
     prefix, sep, run_id = payload.partition(":")
     kind = _KINDS.get(prefix)
     if kind is None or not sep:
         return None
     return Notice(kind, run_id or None)
+
+
+def _parse_end(payload: str) -> Notice | None:
+    attempt, _, rest = payload[2:].partition(":")
+    length, _, rest = rest.partition(":")
+    if payload[1:2] not in _ENDS or not attempt.isdigit() or not length.isdigit():
+        return None
+    size = int(length)
+    if not 0 < size <= len(rest):
+        return None
+    outcome = rest[size:]
+    return Notice(
+        "done", rest[:size], _ENDS[payload[1]], int(attempt), outcome if outcome else None
+    )
 
 
 class Listener:

@@ -411,7 +411,9 @@ class SQLiteBackend(Backend):
     async def watch_run(self, run_id: str, watcher: str, seconds: float | None) -> None:
         return None  # progress notices stay in this process and cost a run nothing
 
-    async def listen(self, callback: NoticeCallback, *, progress: bool = False) -> Unsubscribe:
+    async def listen(
+        self, callback: NoticeCallback, *, ends: bool = True, progress: bool = False
+    ) -> Unsubscribe:
         token = self._hub.add(asyncio.get_running_loop(), callback, progress=progress)
         with self._lock:
             self._subscriptions.add(token)

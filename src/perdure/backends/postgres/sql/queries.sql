@@ -505,7 +505,7 @@ fence AS (
         claims_since_progress = 0,
         updated_at = perdure_now()
     WHERE r.id = %(run_id)s::text AND r.lease_token = %(token)s::bigint AND r.status = 'running'
-    RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at
+    RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at, r.attempt
 ),
 written AS (
     -- The statement of write_steps(), inline on purpose: calling the function from
@@ -550,7 +550,9 @@ logged AS (
     ORDER BY e.ord
 )
 SELECT (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
-       CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN send_notice('d', f.id)
+       CASE WHEN %(outcome)s::text = 'complete'
+            THEN send_end(f.id, 'completed', f.attempt, %(output)s::text)
+            WHEN %(outcome)s::text = 'fail' THEN send_end(f.id, 'failed', f.attempt, %(error)s::text)
             WHEN EXISTS (SELECT 1 FROM watchers w  -- watched(), inline: the hot path
                          WHERE w.run_id = f.id AND w.until > perdure_now())
             THEN send_notice('p', f.id) END,

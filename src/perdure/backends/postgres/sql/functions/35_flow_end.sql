@@ -8,19 +8,22 @@ CREATE OR REPLACE FUNCTION flow_end(
     p_run_id text, p_status text, p_output json, p_step text, p_error jsonb
 ) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_attempt integer;
 BEGIN
     UPDATE runs SET
         status = p_status, output = p_output, error = p_error,
         completed_at = perdure_now(), updated_at = perdure_now(),
         available_at = 'infinity', wake_reason = NULL
-    WHERE id = p_run_id AND status = 'running';
+    WHERE id = p_run_id AND status = 'running'
+    RETURNING attempt INTO v_attempt;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     INSERT INTO events (run_id, type, data)
     VALUES (p_run_id, p_status, CASE WHEN p_error IS NULL THEN NULL ELSE jsonb_build_object(
         'type', p_error ->> 'type', 'message', p_error ->> 'message') END);
-    PERFORM send_notice('d', p_run_id);
+    PERFORM send_end(p_run_id, p_status, v_attempt, coalesce(p_output::text, p_error::text));
     IF p_status = 'failed' THEN
         UPDATE flow_states SET status = 'failed', error = p_error, completed_at = perdure_now()
         WHERE run_id = p_run_id AND step = p_step;

@@ -3,13 +3,14 @@
 
 -- Cancel the live descendants of p_run_id (children, their children, ...): status
 -- 'cancelled', lease cleared, waits and buffered signals deleted, a 'cancelled'
--- event (data {"by": p_run_id}), 'cancel' and 'done' notices. Called when a run is
+-- event (data {"by": p_run_id}), 'cancel' and end notices. Called when a run is
 -- cancelled or fails, in the same transaction: a child ends with its parent.
 -- Returns the ids cancelled.
 CREATE OR REPLACE FUNCTION cancel_descendants(p_run_id text) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
     v_ids text[];
+    v_attempts integer[];
 BEGIN
     WITH RECURSIVE tree (id) AS (
         SELECT r.id FROM runs r
@@ -30,14 +31,16 @@ BEGIN
             lease_owner = NULL, lease_expires_at = NULL, wake_reason = NULL,
             available_at = 'infinity'
         WHERE id = ANY (v_ids) AND status IN ('pending', 'waiting', 'running')
-        RETURNING id
+        RETURNING id, attempt
     )
-    SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_ids FROM ended;
+    SELECT coalesce(array_agg(id ORDER BY id), '{}'), coalesce(array_agg(attempt ORDER BY id), '{}')
+    INTO v_ids, v_attempts FROM ended;
     DELETE FROM waits WHERE run_id = ANY (v_ids);
     DELETE FROM signals WHERE run_id = ANY (v_ids);
     INSERT INTO events (run_id, type, data)
     SELECT c.id, 'cancelled', jsonb_build_object('by', p_run_id) FROM unnest(v_ids) AS c(id);
-    PERFORM send_notice('c', c.id), send_notice('d', c.id) FROM unnest(v_ids) AS c(id);
+    PERFORM send_notice('c', c.id), send_end(c.id, 'cancelled', c.attempt, NULL)
+    FROM unnest(v_ids, v_attempts) AS c(id, attempt);
     RETURN v_ids;
 END
 $$;

@@ -33,7 +33,7 @@ BEGIN
     DELETE FROM waits WHERE run_id = p_run_id;
     DELETE FROM signals WHERE run_id = p_run_id;
     INSERT INTO events (run_id, type, data) VALUES (p_run_id, 'cancelled', NULL);
-    PERFORM send_notice('c', p_run_id), send_notice('d', p_run_id);
+    PERFORM send_notice('c', p_run_id), send_end(p_run_id, 'cancelled', v_run.attempt, NULL);
     PERFORM cancel_descendants(p_run_id);
     IF v_run.parent_id IS NOT NULL THEN
         PERFORM child_ended(

@@ -148,7 +148,8 @@ BEGIN
         WHERE id = p_run_id;
         DELETE FROM waits WHERE run_id = p_run_id;
         DELETE FROM signals WHERE run_id = p_run_id;
-        PERFORM send_notice('d', p_run_id);
+        PERFORM send_end(p_run_id, CASE WHEN p_outcome = 'complete' THEN 'completed' ELSE 'failed' END,
+                         v_run.attempt, CASE WHEN p_outcome = 'complete' THEN p_output ELSE p_error END);
         IF p_outcome = 'fail' THEN
             PERFORM cancel_descendants(p_run_id);  -- a failed run's live children end with it
         END IF;
