@@ -1,20 +1,27 @@
-"""The callers of `result()` waiting in one event loop share one notice subscription,
-and a run's end notice reaches the waiters of that run only: with a listener per
-waiter, every notice went to every waiter, so N concurrent waiters cost N callbacks
-per notice of any run."""
+"""Waiting for a run's end (`result()`, `run()`).
+
+The callers waiting in one event loop share one notice subscription, and a run's end
+notice reaches the waiters of that run only: with a listener per waiter, every notice
+went to every waiter, so N concurrent waiters cost N callbacks per notice of any run.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import weakref
 from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import ClassVar
 
-from ._run_ends import RunEnd
+from ._client import fetch_run
+from ._run_ends import RunEnd, run_ends
 from .backends.base import Backend, Unsubscribe
+from .errors import TimeoutError as ResultTimeout
 from .records import Notice
 from .serialization import decode_stored
 
-__all__ = ["end_told", "waiting_for_end"]
+__all__ = ["RunEndWait", "end_told", "waiting_for_end"]
 
 Wake = Callable[[Notice], None]
 
@@ -98,3 +105,84 @@ def end_told(notices: list[Notice], read_attempt: int | None) -> RunEnd | None:
         if isinstance(told, dict):
             return ("failed", None, told)
     return None
+
+
+class RunEndWait:
+    """Waiting for run ``run_id`` to end: from the moment it is entered, it hears this
+    process's workers hand the end over and the end notices of any process. Entered
+    before the run is created (`App.run`), it cannot miss the end, so it needs no
+    first read of the run."""
+
+    #: The safety-net read's first interval and cap, in seconds, by dialect. The end
+    #: notice (or this process's worker) wakes the waiter; the read is there in case a
+    #: notice was lost. On PostgreSQL it backs off, so that many waiters do not each
+    #: read the database every second (a listener that reconnects wakes them all).
+    polls: ClassVar[dict[str, tuple[float, float]]] = {
+        "postgres": (1.0, 30.0),
+        "sqlite": (0.1, 0.1),
+    }
+
+    def __init__(self, backend: Backend, run_id: str) -> None:
+        self._backend = backend
+        self._run_id = run_id
+        self._ended = asyncio.Event()
+        self._handed: list[RunEnd] = []
+        self._notices: list[Notice] = []
+        self._stops: list[Callable[[], Awaitable[None]]] = []
+
+    def _on_handed(self, outcome: RunEnd) -> None:
+        self._handed.append(outcome)
+        self._ended.set()
+
+    def _on_notice(self, notice: Notice) -> None:
+        self._notices.append(notice)
+        self._ended.set()
+
+    async def __aenter__(self) -> RunEndWait:
+        stop_handed = run_ends.listen(self._run_id, self._on_handed)  # this process
+
+        async def stop() -> None:
+            stop_handed()
+
+        self._stops.append(stop)
+        self._stops.append(await waiting_for_end(self._backend, self._run_id, self._on_notice))
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for stop in reversed(self._stops):
+            await stop()
+
+    async def outcome(self, limit: float | None, *, fresh: bool = False) -> RunEnd:
+        """How the run ended: (status, output, error). ``fresh``: the run was created
+        after this wait was entered, so no end notice can predate it and nothing needs
+        reading until a notice or the poll says so. Raises perdure's `TimeoutError`
+        after ``limit`` seconds, `RunNotFound` for no such run."""
+        backend, loop = self._backend, asyncio.get_running_loop()
+        poll, max_poll = self.polls.get(backend.dialect, self.polls["postgres"])
+        give_up = None if limit is None else loop.time() + limit
+        read_attempt = 0 if fresh else None  # the attempt the last read saw live
+        unread = fresh
+        while True:
+            told = self._handed[0] if self._handed else end_told(self._notices, read_attempt)
+            self._notices.clear()
+            if told is not None:  # handed over, or the end notice said it all: no read
+                return told
+            if not unread:
+                run = await fetch_run(backend, self._run_id)
+                if run.status in ("completed", "failed", "cancelled"):
+                    return (run.status, run.output, run.error)
+                read_attempt = run.attempt
+            unread = False
+            wait, poll = poll, min(poll * 2, max_poll)
+            if give_up is not None:
+                remaining = give_up - loop.time()
+                if remaining <= 0:
+                    raise ResultTimeout(f"run {self._run_id} did not end within {limit:g}s")
+                wait = min(wait, remaining)
+            try:
+                await asyncio.wait_for(self._ended.wait(), wait)
+            except builtins.TimeoutError:
+                pass
+            self._ended.clear()

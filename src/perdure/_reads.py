@@ -4,7 +4,6 @@ methods, each with its sync twin)."""
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -12,13 +11,12 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ._client import ClientBase, fetch_run
-from ._end_waiters import end_told, waiting_for_end
-from ._run_ends import RunEnd, run_ends
+from ._end_waiters import RunEndWait
+from ._run_ends import RunEnd
 from .backends.base import Backend
 from .context import VALUE_PREFIX
 from .durations import Duration, to_seconds
 from .errors import PerdureError, ValidationError, WorkflowCancelled, WorkflowFailed
-from .errors import TimeoutError as ResultTimeout  # perdure's (also a builtin TimeoutError)
 from .flows.definition import FlowShape
 from .ids import new_worker_id
 from .names import WorkflowRef, validate_workflow_name, workflow_name
@@ -198,59 +196,8 @@ class Reads(ClientBase):
             RunNotFound: no such run.
         """
         limit = None if timeout is None else to_seconds(timeout, what="timeout")
-        backend = await self._backend()
-        loop = asyncio.get_running_loop()
-        ended = asyncio.Event()
-        handed: list[RunEnd] = []
-        notices: list[Notice] = []
-
-        def on_outcome(outcome: RunEnd) -> None:
-            handed.append(outcome)
-            ended.set()
-
-        def on_notice(notice: Notice) -> None:
-            notices.append(notice)
-            ended.set()
-
-        stop_listening = run_ends.listen(run_id, on_outcome)  # a worker of this process
-        unsubscribe = await waiting_for_end(backend, run_id, on_notice)  # any process
-        # The end notice (or this process's worker) wakes the waiter; the poll is a
-        # safety net. On PostgreSQL it backs off from 1 s to 30 s, so that many waiters
-        # do not each read the database every second (a listener that reconnects wakes
-        # them all); SQLite's stays at 0.1 s.
-        poll, max_poll = (0.1, 0.1) if backend.dialect == "sqlite" else (1.0, 30.0)
-        give_up = None if limit is None else loop.time() + limit
-        read_attempt: int | None = None  # the attempt the last read saw live
-        try:
-            while True:
-                told = handed[0] if handed else end_told(notices, read_attempt)
-                notices.clear()
-                if told is not None:  # the end notice said it all: no read
-                    status, output, error = told
-                else:
-                    run = await fetch_run(backend, run_id)
-                    status, output, error = run.status, run.output, run.error
-                    read_attempt = run.attempt
-                if status == "completed":
-                    return output
-                if status == "failed":
-                    raise WorkflowFailed(run_id, error)
-                if status == "cancelled":
-                    raise WorkflowCancelled(run_id)
-                wait, poll = poll, min(poll * 2, max_poll)
-                if give_up is not None:
-                    remaining = give_up - loop.time()
-                    if remaining <= 0:
-                        raise ResultTimeout(f"run {run_id} did not end within {limit:g}s")
-                    wait = min(wait, remaining)
-                try:
-                    await asyncio.wait_for(ended.wait(), wait)
-                except builtins.TimeoutError:
-                    pass
-                ended.clear()
-        finally:
-            stop_listening()
-            await unsubscribe()
+        async with RunEndWait(await self._backend(), run_id) as waiting:
+            return ended_as(run_id, await waiting.outcome(limit))
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for the run to end and return its output; see `result_async`."""
@@ -332,3 +279,14 @@ class Reads(ClientBase):
     def list_workers(self, seen_within: Duration = "5m") -> list[WorkerInfo]:
         """Live and recently seen workers; see `list_workers_async`."""
         return self._portal.call(self.list_workers_async, seen_within)
+
+
+def ended_as(run_id: str, ended: RunEnd) -> Any:
+    """The output of a run that ended as ``ended``; raises `WorkflowFailed` or
+    `WorkflowCancelled` for a run that did not complete."""
+    status, output, error = ended
+    if status == "failed":
+        raise WorkflowFailed(run_id, error)
+    if status == "cancelled":
+        raise WorkflowCancelled(run_id)
+    return output

@@ -18,7 +18,9 @@ from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from ._connections import Connections
+from ._end_waiters import RunEndWait
 from ._portal import Portal
+from ._reads import ended_as
 from ._recovery import Recovery
 from ._schedule_client import ScheduleClient
 from ._steering import Steering
@@ -507,10 +509,16 @@ class App(Recovery, Steering, ScheduleClient):
         """Start a run and wait for its output; see `start_async` and `result_async`.
 
         A bad ``timeout`` is refused before anything is stored."""
-        if timeout is not None:
-            to_seconds(timeout, what="timeout")
-        handle = await self.start_async(workflow, input, **start_options)
-        return await self.result_async(handle.id, timeout=timeout)
+        limit = None if timeout is None else to_seconds(timeout, what="timeout")
+        run_id = start_options.pop("run_id", None)
+        run_id = new_run_id() if run_id is None else check_key(run_id, "run_id")
+        # Waiting from before the start: the end cannot slip by, so a new run needs no
+        # read before its end notice (or this process's worker) says how it ended.
+        async with RunEndWait(await self._backend(), run_id) as waiting:
+            handle = await self.start_async(workflow, input, run_id=run_id, **start_options)
+            if handle.created:
+                return ended_as(run_id, await waiting.outcome(limit, fresh=True))
+        return await self.result_async(handle.id, timeout=timeout)  # an existing run
 
     def run(
         self,

@@ -10,7 +10,10 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from perdure._end_waiters import waiting_for_end
+import pytest
+
+from perdure import App, Context, RetryPolicy, WorkflowFailed
+from perdure._end_waiters import RunEndWait, waiting_for_end
 from perdure.backends.base import Backend
 from perdure.backends.sqlite import SQLiteBackend
 from perdure.records import Complete, Notice
@@ -71,3 +74,32 @@ async def test_the_registry_keeps_no_backend_alive(tmp_path: Path) -> None:
     del backend
     gc.collect()
     assert gone() is None, "the result waiters' registry kept a closed backend alive"
+
+
+def test_run_and_result_return_on_the_end_itself_not_on_the_poll(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the safety-net read pushed out of reach, `run()` and `result()` still
+    return: the end reaches them by this process's worker or by the end notice. `run()`
+    waits from before its start, so a run that ends at once cannot slip by, and an
+    existing run (same idempotency key) is waited for like any other."""
+    monkeypatch.setattr(RunEndWait, "polls", {"postgres": (600, 600), "sqlite": (600, 600)})
+
+    @app.workflow
+    async def echo(ctx: Context, n: int) -> int:
+        return await ctx.step.run("a", lambda: n)
+
+    @app.workflow
+    async def boom(ctx: Context, _: None) -> None:
+        await ctx.step.run("explode", lambda: 1 / 0, retry=RetryPolicy(max_attempts=1))
+
+    with app.worker():
+        assert [app.run(echo, i, timeout=120) for i in range(20)] == list(range(20))
+        assert app.run(echo, 7, idempotency_key="k", timeout=120) == 7
+        assert app.run(echo, 8, idempotency_key="k", timeout=120) == 7  # the existing run
+        assert app.run(echo, 9, run_id="mine:9", timeout=120) == 9
+        with pytest.raises(WorkflowFailed) as info:
+            app.run(boom, timeout=120)
+        assert info.value.error is not None and info.value.error["type"] == "StepFailed"
+        handle = app.start(echo, 5)
+        assert handle.result(timeout=120) == 5
