@@ -7,6 +7,7 @@ their ``*_async`` twins, so there is one implementation of each behaviour.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -50,11 +51,7 @@ class Portal:
     def call(self, fn: Callable[..., Coroutine[Any, Any, T]], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` on the portal loop and return its result."""
         loop = self._ensure()
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if self.in_own_loop():
             raise RuntimeError(
                 "a synchronous perdure method was called from inside perdure's own loop; "
                 "use its *_async twin"
@@ -65,6 +62,18 @@ class Portal:
         except BaseException:
             future.cancel()
             raise
+
+    def in_own_loop(self) -> bool:
+        """True when called from inside the portal's loop (waiting on it would hang)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return running is self._loop
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on the portal loop; its future, without waiting for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure())
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Iterate an async iterator from a synchronous caller, one item per `call`."""

@@ -275,6 +275,7 @@ class App(Recovery, Steering, ScheduleClient):
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             local_starts=self._local_starts,
+            portal=self._portal,
         )
 
     # ------------------------------------------------------------------ backends

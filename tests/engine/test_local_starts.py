@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from perdure import App, Context, TaskContext
+from perdure import App, Context, TaskContext, WorkflowFailed
 
 from .helpers import wait_for
 
@@ -203,3 +203,26 @@ def test_starts_from_many_threads_and_the_claim_loop_never_exceed_concurrency(
     # Most runs see both paths at work (how many starts find a free slot depends on
     # timing); a reservation that let both take one slot peaks well above two.
     assert peak[0] <= 2
+
+
+def test_a_background_worker_runs_on_the_apps_own_loop(app: App) -> None:
+    """`with app.worker():` serves on the loop of the app's sync API: a body awaits the
+    async API there, and a sync call from a body (which would wait on the very loop
+    it blocks) fails its run with a clear error instead of hanging."""
+
+    @app.workflow
+    async def parent(ctx: Context, n: int) -> int:
+        child = await app.start_async("quick", n)
+        return int(await app.result_async(child.id, timeout=30))
+
+    @app.workflow
+    async def blocking(ctx: Context, n: int) -> int:
+        return int(app.run("quick", n, timeout=30))
+
+    _quick(app)
+    with app.worker(concurrency=4):
+        assert app.run(parent, 21, timeout=60) == 42
+        with pytest.raises(WorkflowFailed) as info:
+            app.run(blocking, 1, timeout=60)
+    assert info.value.error is not None
+    assert "use its *_async twin" in info.value.error["message"]

@@ -4,7 +4,9 @@ Three ways to run one (DESIGN §4):
 
 * ``app.worker(...).run()``: foreground; SIGTERM/SIGINT stop it gracefully (a second
   signal stops it at once); SIGUSR1 logs what it is waiting on (`dump`).
-* ``with app.worker(...):``: in a background thread, for tests and scripts.
+* ``with app.worker(...):``: in the background, on the app's own event loop (the
+  thread that serves its sync API), for tests and scripts: a start and its worker
+  share one loop, with no hop between threads.
 * ``await app.worker(...).serve()``: inside the caller's event loop.
 
 The claim loop claims as many due runs as it has free slots with one query, then
@@ -16,6 +18,7 @@ fallback). Starts made in this process may skip it: see `handoff`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -63,6 +66,7 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .._connections import Connections
+    from .._portal import Portal
     from ..settings import Settings
     from ..workflow import Registry
 
@@ -111,6 +115,7 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         local_starts: LocalStarts | None = None,
+        portal: Portal | None = None,
     ) -> None:
         options = check_options(
             concurrency=concurrency,
@@ -137,7 +142,7 @@ class Worker:
         self._handoffs: HandOffs | None = None
         self._active = ActiveRuns(on_end=self._on_run_end)
         self._maybe_due = True  # a due run may wait unclaimed: a run's end wakes the loop
-        self._own_loop = False  # run() and `with worker:` run in a loop of their own
+        self._own_loop = False  # run() runs in a loop of its own
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
@@ -145,7 +150,8 @@ class Worker:
         self._wakes = WakeTimes()  # wake times of runs this worker parked
         self._clock_offset = 0.0  # database clock minus local clock, seconds
         self._limits: tuple[WorkflowLimits, ...] = ()  # of the served workflows
-        self._thread: threading.Thread | None = None
+        self._portal = portal  # the app's loop thread, for `with worker:`
+        self._serving: concurrent.futures.Future[None] | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self.claimed = 0
@@ -188,21 +194,26 @@ class Worker:
             self._stopping = True
 
     def __enter__(self) -> Worker:
-        self._thread = threading.Thread(
-            target=self._thread_main, name="perdure-worker", daemon=True
-        )
-        self._thread.start()
+        if self._portal is None:
+            raise RuntimeError("`with worker:` needs a worker made by app.worker()")
+        if self._portal.in_own_loop():
+            raise RuntimeError("inside the app's own loop, use `await worker.serve()`")
+        self._serving = self._portal.submit(self.serve())
         self._ready.wait()
         if self._failure is not None:
-            self._thread.join()
+            with contextlib.suppress(BaseException):
+                self._serving.result()
             raise self._failure
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            try:
+                serving.result()
+            except BaseException:
+                log.exception("worker %s stopped with an error", self.id)
 
     @property
     def handed_starts(self) -> int:
@@ -217,17 +228,6 @@ class Worker:
         return self._active.ids()
 
     # ------------------------------------------------------------------ internals
-
-    def _thread_main(self) -> None:
-        self._own_loop = True
-        try:
-            asyncio.run(self.serve())
-        except BaseException as exc:  # reported to __enter__ or logged
-            if not self._ready.is_set():
-                self._failure = exc
-                self._ready.set()
-            else:
-                log.exception("worker %s stopped with an error", self.id)
 
     async def _serve_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
