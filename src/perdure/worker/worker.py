@@ -200,9 +200,7 @@ class Worker:
             raise RuntimeError("inside the app's own loop, use `await worker.serve()`")
         self._serving = self._portal.submit(self.serve())
         self._ready.wait()
-        if self._failure is not None:
-            with contextlib.suppress(BaseException):
-                self._serving.result()
+        if self._failure is not None:  # serve() ended with it
             raise self._failure
         return self
 
@@ -312,7 +310,8 @@ class Worker:
         except ConfigurationError:
             await self._deregister(backend)
             raise
-        unsubscribe = await backend.listen(self._on_notice, ends=bool(self._limits))
+        ends = bool(self._limits) or not self._own_loop  # on a shared loop, for its waiters too
+        unsubscribe = await backend.listen(self._on_notice, ends=ends)
         # A commit is retried through a database outage of up to two minutes (or four
         # leases): the fence makes retrying safe, and the run stays this worker's.
         committer = Committer(backend, give_up=max(120.0, 4 * self.lease))
