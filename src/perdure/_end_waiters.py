@@ -128,7 +128,8 @@ class RunEndWait:
         self._ended = asyncio.Event()
         self._handed: list[RunEnd] = []
         self._notices: list[Notice] = []
-        self._stops: list[Callable[[], Awaitable[None]]] = []
+        self._stop_handed: Callable[[], None] | None = None
+        self._unsubscribe: Callable[[], Awaitable[None]] | None = None
 
     def _on_handed(self, outcome: RunEnd) -> None:
         self._handed.append(outcome)
@@ -139,20 +140,21 @@ class RunEndWait:
         self._ended.set()
 
     async def __aenter__(self) -> RunEndWait:
-        stop_handed = run_ends.listen(self._run_id, self._on_handed)  # this process
-
-        async def stop() -> None:
-            stop_handed()
-
-        self._stops.append(stop)
-        self._stops.append(await waiting_for_end(self._backend, self._run_id, self._on_notice))
+        self._stop_handed = run_ends.listen(self._run_id, self._on_handed)  # this process
+        try:
+            self._unsubscribe = await waiting_for_end(self._backend, self._run_id, self._on_notice)
+        except BaseException:
+            self._stop_handed()
+            raise
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for stop in reversed(self._stops):
-            await stop()
+        if self._unsubscribe is not None:
+            await self._unsubscribe()
+        if self._stop_handed is not None:
+            self._stop_handed()
 
     async def outcome(self, limit: float | None, *, fresh: bool = False) -> RunEnd:
         """How the run ended: (status, output, error). ``fresh``: the run was created

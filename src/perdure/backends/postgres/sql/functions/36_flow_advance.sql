@@ -156,9 +156,6 @@ BEGIN
                       IS DISTINCT FROM p_run_id THEN
         PERFORM send_notice('w', p_run_id);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM flow_states WHERE run_id = p_run_id AND status <> 'completed')
-    THEN
-        PERFORM flow_complete(p_run_id, v_run.workflow, v_run.version);
-    END IF;
+    PERFORM flow_complete(p_run_id, v_run.workflow, v_run.version);
 END
 $$;

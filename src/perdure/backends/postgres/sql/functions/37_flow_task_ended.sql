@@ -64,8 +64,7 @@ BEGIN
           AND st.status = 'created'
           AND flow_deps_done(p_flow_id, v_flow, v_version, d.step)) THEN
         PERFORM flow_advance(p_flow_id);
-    ELSIF NOT EXISTS (SELECT 1 FROM flow_states
-                      WHERE run_id = p_flow_id AND status <> 'completed') THEN
+    ELSE
         PERFORM flow_complete(p_flow_id, v_flow, v_version);
     END IF;
     RETURN false;
