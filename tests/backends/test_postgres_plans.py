@@ -131,3 +131,22 @@ async def test_a_listing_is_planned_for_its_filters_on_each_call(
     assert await db.all("SHOW plan_cache_mode", custom_plan=True) == [("force_custom_plan",)]
     # Only for that statement: its transaction ended, and the setting with it.
     assert await db.one("SHOW plan_cache_mode") == ("force_generic_plan",)
+
+
+def test_no_function_is_planned_again_on_every_call(conn: psycopg.Connection[Any]) -> None:
+    # PostgreSQL before 18 keeps no plan for a SQL-language function it cannot inline,
+    # and a SET clause (search_path) rules inlining out: such a function planned its
+    # query on every call. flow_deps_done and flow_complete were, and took a third of
+    # the server's time per DAG-flow task. PL/pgSQL keeps its plans.
+    replanned = conn.execute(
+        "SELECT p.proname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+        " WHERE p.pronamespace = current_schema()::regnamespace"
+        " AND l.lanname = 'sql' AND p.proconfig IS NOT NULL ORDER BY 1"
+    ).fetchall()
+    assert replanned == []
+    # And the one SQL function left is inlined: the clock seam.
+    sql_functions = conn.execute(
+        "SELECT p.proname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+        " WHERE p.pronamespace = current_schema()::regnamespace AND l.lanname = 'sql'"
+    ).fetchall()
+    assert sql_functions == [("perdure_now",)]

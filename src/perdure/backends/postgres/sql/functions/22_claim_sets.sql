@@ -1,14 +1,17 @@
 -- The parameter sets of the limited claim (queries.sql claim_runs_limited) as
 -- functions the planner counts as small (ROWS 4): the claim's plan is prepared once
 -- and reused (generic), where unnest's default guess of 100 rows per array would
--- multiply into plans that scan the backlog. SET search_path keeps them from being
--- inlined, which would bring the guess back.
+-- multiply into plans that scan the backlog. PL/pgSQL keeps them from being inlined,
+-- which would bring the guess back (and, unlike a SQL function with a SET clause, is
+-- not planned again on every call).
 
 -- The (workflow, version) pairs a worker serves.
 CREATE OR REPLACE FUNCTION claim_served(p_workflows text[], p_versions integer[])
 RETURNS TABLE (workflow text, version integer)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 4 SET search_path FROM CURRENT AS $$
-    SELECT * FROM unnest(p_workflows, p_versions)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE ROWS 4 SET search_path FROM CURRENT AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM unnest(p_workflows, p_versions);
+END
 $$;
 
 -- The runs a limited claim also looks for on one claim in eight (p_scan > 0): runs

@@ -37,18 +37,20 @@ $$;
 
 -- Complete the live flow run p_run_id of flow p_flow at p_version if every step of it
 -- completed: its output is {<leaf step>: <output>} in definition order. Returns
--- whether it did.
+-- whether it did. PL/pgSQL for its cached plans (see flow_deps_done).
 CREATE OR REPLACE FUNCTION flow_complete(p_run_id text, p_flow text, p_version integer)
 RETURNS boolean
-LANGUAGE sql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
-    SELECT CASE  -- CASE, not AND: the check must run first
-        WHEN EXISTS (SELECT 1 FROM flow_states
-                     WHERE run_id = p_run_id AND status <> 'completed') THEN false
-        ELSE flow_end(p_run_id, 'completed', (
-            SELECT coalesce(json_object_agg(st.step, st.output ORDER BY st.step_index), '{}')
-            FROM flow_states st
-            WHERE st.run_id = p_run_id AND NOT EXISTS (
-                SELECT 1 FROM flow_deps d
-                WHERE d.flow = p_flow AND d.version = p_version AND d.dep = st.step)),
-            NULL, NULL) END
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM flow_states WHERE run_id = p_run_id AND status <> 'completed') THEN
+        RETURN false;
+    END IF;
+    RETURN flow_end(p_run_id, 'completed', (
+        SELECT coalesce(json_object_agg(st.step, st.output ORDER BY st.step_index), '{}')
+        FROM flow_states st
+        WHERE st.run_id = p_run_id AND NOT EXISTS (
+            SELECT 1 FROM flow_deps d
+            WHERE d.flow = p_flow AND d.version = p_version AND d.dep = st.step)),
+        NULL, NULL);
+END
 $$;

@@ -156,6 +156,10 @@ BEGIN
                       IS DISTINCT FROM p_run_id THEN
         PERFORM send_notice('w', p_run_id);
     END IF;
-    PERFORM flow_complete(p_run_id, v_run.workflow, v_run.version);
+    -- A step this call started is not completed: the run can only be complete if
+    -- nothing was started.
+    IF NOT v_inserted THEN
+        PERFORM flow_complete(p_run_id, v_run.workflow, v_run.version);
+    END IF;
 END
 $$;

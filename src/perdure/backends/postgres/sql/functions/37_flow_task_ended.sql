@@ -20,6 +20,8 @@ DECLARE
     v_output json;
     v_flow text;
     v_version integer;
+    v_ready integer;
+    v_dependents integer;
 BEGIN
     SELECT r.parent_step, r.task_index, fs.map_over, f.workflow, f.version
     INTO v_step, v_index, v_map, v_flow, v_version
@@ -38,33 +40,41 @@ BEGIN
             'cause', coalesce(p_error, '{}') - 'traceback'));
         RETURN false;
     END IF;
-    UPDATE flow_states SET remaining_tasks = remaining_tasks - 1
+    -- One statement counts the task and, for a single step (one task), completes it.
+    UPDATE flow_states SET
+        remaining_tasks = remaining_tasks - 1,
+        status = CASE WHEN v_map IS NULL THEN 'completed' ELSE status END,
+        output = CASE WHEN v_map IS NULL THEN p_output ELSE output END,
+        completed_at = CASE WHEN v_map IS NULL THEN perdure_now() ELSE completed_at END
     WHERE run_id = p_flow_id AND step = v_step AND status = 'started'
     RETURNING remaining_tasks INTO v_left;
     IF NOT FOUND OR v_left > 0 THEN
         RETURN false;
     END IF;
-    IF v_map IS NULL THEN
-        v_output := p_output;
-    ELSE
+    IF v_map IS NOT NULL THEN
         SELECT json_agg(CASE WHEN r.id = p_task_id THEN p_output ELSE r.output END
                         ORDER BY r.task_index)
         INTO v_output
         FROM runs r
         WHERE r.parent_id = p_flow_id AND r.parent_step = v_step AND r.kind = 'task';
+        UPDATE flow_states SET status = 'completed', output = v_output,
+            completed_at = perdure_now()
+        WHERE run_id = p_flow_id AND step = v_step;
     END IF;
-    UPDATE flow_states SET status = 'completed', output = v_output, completed_at = perdure_now()
-    WHERE run_id = p_flow_id AND step = v_step;
     -- Only a dependent of this step can have become ready (then flow_advance() starts
-    -- it), and the run ends when every step completed.
-    IF EXISTS (
-        SELECT 1 FROM flow_deps d
-        JOIN flow_states st ON st.run_id = p_flow_id AND st.step = d.step
-        WHERE d.flow = v_flow AND d.version = v_version AND d.dep = v_step
-          AND st.status = 'created'
-          AND flow_deps_done(p_flow_id, v_flow, v_version, d.step)) THEN
+    -- it). A step with dependents left waiting cannot end the run (they are created,
+    -- not completed); one without any may be the last: the run ends when every step
+    -- completed.
+    SELECT count(*) FILTER (WHERE flow_deps_done(p_flow_id, v_flow, v_version, d.step)),
+           count(*)
+    INTO v_ready, v_dependents
+    FROM flow_deps d
+    JOIN flow_states st ON st.run_id = p_flow_id AND st.step = d.step
+    WHERE d.flow = v_flow AND d.version = v_version AND d.dep = v_step
+      AND st.status = 'created';
+    IF v_ready > 0 THEN
         PERFORM flow_advance(p_flow_id);
-    ELSE
+    ELSIF v_dependents = 0 THEN
         PERFORM flow_complete(p_flow_id, v_flow, v_version);
     END IF;
     RETURN false;
