@@ -136,7 +136,7 @@ async def test_a_listing_is_planned_for_its_filters_on_each_call(
 def test_no_function_is_planned_again_on_every_call(conn: psycopg.Connection[Any]) -> None:
     # PostgreSQL before 18 keeps no plan for a SQL-language function it cannot inline,
     # and a SET clause (search_path) rules inlining out: such a function planned its
-    # query on every call. flow_deps_done and flow_complete were, and took a third of
+    # query on every call. flow_complete and a readiness check were, and took a third of
     # the server's time per DAG-flow task. PL/pgSQL keeps its plans.
     replanned = conn.execute(
         "SELECT p.proname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"

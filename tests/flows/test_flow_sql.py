@@ -214,3 +214,58 @@ def test_a_lapsed_lease_counts_as_an_attempt(conn: psycopg.Connection, app: App)
     error = app.get_run(run_id).error
     assert error is not None and error["step"] == "only"
     assert error["cause"]["type"] == "TimeoutError"
+
+
+def test_flow_runs_under_way_keep_their_order_across_the_upgrade_that_counts_deps(
+    conn: psycopg.Connection, app: App
+) -> None:
+    # Migration 0010 added flow_states.remaining_deps (what a step still waits for)
+    # and counted it for runs under way. Rebuild that moment: a diamond whose root
+    # completed and one of its three middle steps too, the column dropped, then the
+    # migration applied as an upgrade applies it.
+    from importlib import resources
+
+    one(conn, "SELECT create_flow('upgrade_diamond', base_delay => 0)")
+    one(conn, "SELECT add_step('upgrade_diamond', 'a')")
+    for step in ("b", "c", "d"):
+        one(conn, "SELECT add_step('upgrade_diamond', %s, deps => ARRAY['a'])", step)
+    one(conn, "SELECT add_step('upgrade_diamond', 'e', deps => ARRAY['b', 'c', 'd'])")
+    run_id = one(conn, "SELECT run_id FROM start_flow('upgrade_diamond', '1')")[0]
+
+    def claim() -> list[Any]:
+        return conn.execute(
+            "SELECT * FROM claim_tasks('upgrade_diamond', 'sql-1', qty => 10)"
+        ).fetchall()
+
+    def complete(task: Any) -> None:
+        _, step, index, _, _, token = task
+        assert one(conn, "SELECT complete_task(%s, %s, %s, '1', %s)", run_id, step, index, token)[0]
+
+    (root,) = claim()
+    complete(root)
+    middle = sorted(claim(), key=lambda t: t[1])
+    assert [t[1] for t in middle] == ["b", "c", "d"]
+    complete(middle[0])
+
+    migration = (
+        resources.files("perdure.backends.postgres")
+        .joinpath("sql", "migrations", "0010_flow_remaining_deps.sql")
+        .read_text("utf-8")
+    )
+    conn.execute("ALTER TABLE flow_states DROP COLUMN remaining_deps")
+    conn.execute(migration)
+    counts = dict(
+        conn.execute(
+            "SELECT step, remaining_deps FROM flow_states WHERE run_id = %s AND status = 'created'",
+            (run_id,),
+        ).fetchall()
+    )
+    assert counts == {"e": 2}
+
+    complete(middle[1])
+    assert not claim()  # e still waits for d
+    complete(middle[2])
+    (last,) = claim()
+    assert last[1] == "e" and last[3] == {"run": 1, "b": 1, "c": 1, "d": 1}
+    complete(last)
+    assert app.result(run_id, timeout=5) == {"e": 1}

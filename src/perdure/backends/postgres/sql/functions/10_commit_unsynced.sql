@@ -6,7 +6,7 @@
 -- evaluated whenever the statement writes (if it were not, the commit would only wait
 -- for the flush). True, so it can stand in a WHERE clause. PL/pgSQL, as every function
 -- with a SET clause here: PostgreSQL before 18 plans a SQL function it cannot inline
--- on every call (flow_deps_done).
+-- on every call (flow_complete).
 CREATE OR REPLACE FUNCTION commit_unsynced() RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 BEGIN

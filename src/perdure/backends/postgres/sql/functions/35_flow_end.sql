@@ -37,7 +37,9 @@ $$;
 
 -- Complete the live flow run p_run_id of flow p_flow at p_version if every step of it
 -- completed: its output is {<leaf step>: <output>} in definition order. Returns
--- whether it did. PL/pgSQL for its cached plans (see flow_deps_done).
+-- whether it did. PL/pgSQL, not SQL: PostgreSQL before 18 plans a SQL function it
+-- cannot inline on every call (and a SET clause rules inlining out); PL/pgSQL keeps
+-- its plans.
 CREATE OR REPLACE FUNCTION flow_complete(p_run_id text, p_flow text, p_version integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -52,5 +54,28 @@ BEGIN
             SELECT 1 FROM flow_deps d
             WHERE d.flow = p_flow AND d.version = p_version AND d.dep = st.step)),
         NULL, NULL);
+END
+$$;
+
+-- Step p_step of the flow run p_run_id (flow p_flow at p_version) completed: each of
+-- its dependents waits for one dependency less. Returns how many of them are ready
+-- now (created, none left) and how many are still created (ready or not).
+CREATE OR REPLACE FUNCTION flow_step_completed(
+    p_run_id text, p_flow text, p_version integer, p_step text,
+    OUT ready integer, OUT waiting integer
+)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
+BEGIN
+    WITH counted AS (
+        UPDATE flow_states st SET remaining_deps = st.remaining_deps - 1
+        FROM flow_deps d
+        WHERE d.flow = p_flow AND d.version = p_version AND d.dep = p_step
+          AND st.run_id = p_run_id AND st.step = d.step
+        RETURNING st.status, st.remaining_deps
+    )
+    SELECT count(*) FILTER (WHERE c.status = 'created' AND c.remaining_deps = 0),
+           count(*) FILTER (WHERE c.status = 'created')
+    INTO ready, waiting
+    FROM counted c;
 END
 $$;

@@ -1,7 +1,8 @@
 -- DAG flows (internal): what happens next in a flow run (the rules of the pure
 -- planner, perdure/flows/planner.py, which the property tests hold this to).
 
--- Start every step of the live flow run p_run_id whose dependencies all completed:
+-- Start every step of the live flow run p_run_id whose dependencies all completed
+-- (created, remaining_deps 0):
 -- a single step gets one task whose input is {"run": <run input>, <dep>: <output>...};
 -- a map step one task per element of its source list (the run's input or a
 -- dependency's output), an empty list completing it at once with [] (which may make
@@ -37,7 +38,7 @@ BEGIN
             JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
                               AND fs.step = st.step
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
-              AND flow_deps_done(p_run_id, v_run.workflow, v_run.version, st.step)
+              AND st.remaining_deps = 0
               AND json_typeof(CASE WHEN fs.map_over = 'run' THEN v_run.input::json
                                    ELSE (SELECT so.output FROM flow_states so
                                          WHERE so.run_id = p_run_id
@@ -54,7 +55,7 @@ BEGIN
                               AND fs.step = st.step
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NULL
               AND (v_stop IS NULL OR st.step_index < v_stop)
-              AND flow_deps_done(p_run_id, v_run.workflow, v_run.version, st.step)
+              AND st.remaining_deps = 0
         ),
         tasks AS (
             INSERT INTO runs (id, workflow, version, status, input, priority, parent_id,
@@ -97,8 +98,10 @@ BEGIN
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
             ORDER BY st.step_index
         LOOP
-            CONTINUE WHEN NOT flow_deps_done(p_run_id, v_run.workflow, v_run.version,
-                                             v_step.step);
+            -- Read now, not when the loop began: an empty map before it may have
+            -- completed its last dependency.
+            CONTINUE WHEN (SELECT st.remaining_deps FROM flow_states st
+                           WHERE st.run_id = p_run_id AND st.step = v_step.step) > 0;
             IF v_step.map_over = 'run' THEN
                 v_source := v_run.input::json;
             ELSE
@@ -123,6 +126,7 @@ BEGIN
                 UPDATE flow_states SET status = 'completed', output = '[]'::json,
                     started_at = perdure_now(), completed_at = perdure_now()
                 WHERE run_id = p_run_id AND step = v_step.step;
+                PERFORM flow_step_completed(p_run_id, v_run.workflow, v_run.version, v_step.step);
                 v_progress := true;
                 CONTINUE;
             END IF;

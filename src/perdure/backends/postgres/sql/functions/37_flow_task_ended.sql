@@ -65,13 +65,8 @@ BEGIN
     -- it). A step with dependents left waiting cannot end the run (they are created,
     -- not completed); one without any may be the last: the run ends when every step
     -- completed.
-    SELECT count(*) FILTER (WHERE flow_deps_done(p_flow_id, v_flow, v_version, d.step)),
-           count(*)
-    INTO v_ready, v_dependents
-    FROM flow_deps d
-    JOIN flow_states st ON st.run_id = p_flow_id AND st.step = d.step
-    WHERE d.flow = v_flow AND d.version = v_version AND d.dep = v_step
-      AND st.status = 'created';
+    SELECT c.ready, c.waiting INTO v_ready, v_dependents
+    FROM flow_step_completed(p_flow_id, v_flow, v_version, v_step) c;
     IF v_ready > 0 THEN
         PERFORM flow_advance(p_flow_id);
     ELSIF v_dependents = 0 THEN

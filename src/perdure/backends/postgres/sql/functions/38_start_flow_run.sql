@@ -57,8 +57,10 @@ BEGIN
         WHERE id = p_id;
     END IF;
     INSERT INTO flow_states (run_id, step, step_index, status, concurrency_key, fifo_key,
-                             rate_key)
-    SELECT p_id, fs.step, fs.step_index, 'created', k.lane, k.fifo, k.rate
+                             rate_key, remaining_deps)
+    SELECT p_id, fs.step, fs.step_index, 'created', k.lane, k.fifo, k.rate,
+           (SELECT count(*) FROM flow_deps d
+            WHERE d.flow = fs.flow AND d.version = fs.version AND d.step = fs.step)
     FROM flow_steps fs
     CROSS JOIN LATERAL (
         SELECT fs.concurrency IS NOT NULL OR fs.key_concurrency IS NOT NULL
