@@ -115,11 +115,13 @@ class RunEndWait:
 
     #: The safety-net read's first interval and cap, in seconds, by dialect. The end
     #: notice (or this process's worker) wakes the waiter; the read is there in case a
-    #: notice was lost. On PostgreSQL it backs off, so that many waiters do not each
-    #: read the database every second (a listener that reconnects wakes them all).
+    #: notice was lost. It backs off, so that many waiters do not each read the
+    #: database every interval (on PostgreSQL a listener that reconnects wakes them
+    #: all; on SQLite, where another process's commits wake through the change
+    #: watcher, the read covers a watcher that could not start).
     polls: ClassVar[dict[str, tuple[float, float]]] = {
         "postgres": (1.0, 30.0),
-        "sqlite": (0.1, 0.1),
+        "sqlite": (0.1, 2.0),
     }
 
     def __init__(self, backend: Backend, run_id: str) -> None:
