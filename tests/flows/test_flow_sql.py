@@ -254,7 +254,7 @@ def test_flow_runs_under_way_keep_their_order_across_the_upgrade_that_counts_dep
     )
     conn.execute("ALTER TABLE flow_states DROP COLUMN remaining_deps")
     conn.execute(migration)
-    counts = dict(
+    counts: dict[str, int] = dict(
         conn.execute(
             "SELECT step, remaining_deps FROM flow_states WHERE run_id = %s AND status = 'created'",
             (run_id,),
