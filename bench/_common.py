@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import statistics
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -61,6 +63,14 @@ QUICK = Size(
     l_seconds=5,
     w1_concurrencies=(10,),
 )
+
+
+def stop_children_on_sigterm() -> None:
+    """Let SIGTERM (``kill``, ``pkill``) end a benchmark as Ctrl-C does: through its
+    ``finally`` blocks, which stop the worker processes it started. Killed without
+    them, its workers kept serving the next benchmark's database of the same name,
+    as a second worker that nobody counted."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def db_url(name: str) -> str:

@@ -50,6 +50,11 @@ from perdure import App
 from perdure.ids import new_run_id
 from perdure.records import NewRun
 
+try:
+    from _common import stop_children_on_sigterm  # run as a script: bench/ is on the path
+except ImportError:  # pragma: no cover - imported as bench.memory
+    from bench._common import stop_children_on_sigterm
+
 ADMIN_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SCHEMA = "bench_memory"
 CHUNK = 5000
@@ -354,6 +359,7 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dialect", choices=["pg", "sqlite"], default="pg")
     parser.add_argument("--runs", type=int, default=100_000)

@@ -40,7 +40,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import CommitCounter, CpuMeter, fresh_database, percentiles  # noqa: E402
+from _common import (  # noqa: E402
+    CommitCounter,
+    CpuMeter,
+    fresh_database,
+    percentiles,
+    stop_children_on_sigterm,
+)
 
 APP_MODULE = """
 from perdure import App, Context
@@ -363,6 +369,7 @@ def dbos_w2() -> dict[str, Any]:
 
 
 def main() -> None:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--w2", type=int, default=200)

@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import percentiles  # noqa: E402
+from _common import percentiles, stop_children_on_sigterm  # noqa: E402
 
 APP_MODULE = """
 from perdure import App, Context
@@ -37,6 +37,7 @@ async def one(ctx: Context, n: int) -> dict[str, int]:
 
 
 def main() -> None:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()

@@ -34,7 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import QUICK, drop_database, fresh_database  # noqa: E402
+from _common import QUICK, drop_database, fresh_database, stop_children_on_sigterm  # noqa: E402
 from _limit import ROW, run_limit  # noqa: E402
 from readme_setup import cpu_split, dbos_w2, perdure_readme, pgqueuer_w1  # noqa: E402
 
@@ -103,6 +103,7 @@ def mean_best(measures: list[dict[str, Any]]) -> float:
 
 
 def main() -> None:
+    stop_children_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--w2", type=int, default=200)
