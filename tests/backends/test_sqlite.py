@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import runpy
 import sqlite3
 import subprocess
 import sys
@@ -811,6 +813,53 @@ async def test_commits_of_another_process_wake_listeners(db_path: Path, tmp_path
     await stop_plain()
     await stop_progress()
     await listener.close()
+
+
+_PING_APP = """
+from perdure import App, Context
+
+app = App()
+
+@app.workflow
+async def one(ctx: Context, n: int) -> int:
+    return await ctx.step.run("a", lambda: n)
+"""
+
+
+def test_every_hop_between_processes_is_woken_without_polling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs started one at a time here and served by a worker process, with both
+    # safety-net polls (and lease renewals) an hour apart: each start must wake the
+    # worker and each end this process, through the change watcher alone, also across
+    # WAL checkpoints. During a checkpoint inside COMMIT (SQLite's automatic one,
+    # every 1,000 WAL pages) the other process could commit before the watcher's read
+    # after COMMIT, which took that commit for this process's own: its run waited for
+    # a poll (here: timed out).
+    from perdure._end_waiters import RunEndWait
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PERDURE_DATABASE_URL", raising=False)
+    monkeypatch.setattr(RunEndWait, "polls", {**RunEndWait.polls, "sqlite": (3600.0, 3600.0)})
+    (tmp_path / "ping_app.py").write_text(_PING_APP)
+    env = {k: v for k, v in os.environ.items() if k != "PERDURE_DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    app = runpy.run_path(str(tmp_path / "ping_app.py"))["app"]
+    app.list_workflows()  # migrated before the worker opens the file
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "perdure.cli.main", "worker", "ping_app:app",
+             "--poll-interval", "3600", "--lease", "3h"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        for n in range(400):  # over 1,200 commits: a few checkpoints
+            assert app.run("one", n, timeout=30) == n, log.read_text()
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        app.close()
 
 
 async def test_own_process_commits_give_no_elsewhere_notices(db_path: Path) -> None:

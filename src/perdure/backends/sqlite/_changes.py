@@ -10,8 +10,11 @@ That connection also sees this process's own commits, which already woke this
 process directly. They are told apart exactly: every commit of this process reads
 the watch connection's ``data_version`` just before ``COMMIT`` (while it holds the
 write lock, so no other process can commit in between: a change seen then came from
-elsewhere) and just after it (the change it made itself, absorbed). So a wake goes
-out only for changes from other processes, at most once per interval.
+elsewhere) and just after it (the change it made itself, absorbed). Another process
+may commit between ``COMMIT`` and that read (SQLite checkpoints inside ``COMMIT``,
+after the lock is free); the committing connection's own ``data_version``, which
+moves only for other connections' commits, tells when. So a wake goes out only for
+changes from other processes, and for each of them, at most once per interval.
 """
 
 from __future__ import annotations
@@ -70,8 +73,15 @@ class ChangeWatcher:
             before = self._version(watch)
             if before != self._seen:
                 self._foreign = True  # committed elsewhere before this took the lock
+            mine = self._version(conn)  # inside the transaction: its snapshot's
             conn.execute("COMMIT")
             self._seen = self._version(watch)
+            if self._version(conn) != mine:
+                # Another process committed after this COMMIT released the lock (as
+                # during a checkpoint SQLite runs inside COMMIT): the read above took
+                # its change for this one. A connection's data_version moves only
+                # for other connections' commits, so this one's own tells them apart.
+                self._foreign = True
 
     # ------------------------------------------------------------------ the thread
 
