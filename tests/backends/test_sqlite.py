@@ -27,6 +27,7 @@ import pytest
 from perdure.backends.sqlite import SQLiteBackend
 from perdure.backends.sqlite._json import contains, json_contains, json_equal
 from perdure.backends.sqlite._session import MIGRATIONS, QUERIES, split_statements
+from perdure.backends.sqlite.backend import WAL_SIZE_LIMIT
 from perdure.errors import (
     BackendError,
     ConfigurationError,
@@ -100,6 +101,10 @@ async def claim_one(b: SQLiteBackend, worker: str = "w1", lease: float = 30.0) -
     return claims[0]
 
 
+def size_of(path: Path) -> int:
+    return path.stat().st_size
+
+
 def raw(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     conn.row_factory = sqlite3.Row
@@ -125,6 +130,28 @@ async def test_wal_and_pragmas(backend: SQLiteBackend, db_path: Path) -> None:
         )
 
     assert await backend._call(pragmas) == (1, 1, 30_000)  # NORMAL, on, 30 s
+
+
+async def test_the_wal_shrinks_back_after_a_long_reader(
+    backend: SQLiteBackend, db_path: Path
+) -> None:
+    # A reader holding its snapshot keeps SQLite from checkpointing past it, so the
+    # WAL grows meanwhile; once it is gone, the next checkpoints bring the file back
+    # under the limit instead of leaving it at the size it reached.
+    wal = Path(f"{db_path}-wal")
+    big = json.dumps("x" * 400_000)
+    reader = raw(db_path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM runs").fetchall()
+    for _ in range(60):
+        await backend.create_run(new_run(input_json=big))
+    grown = size_of(wal)
+    assert grown > WAL_SIZE_LIMIT  # held back by the reader
+    reader.execute("COMMIT")
+    reader.close()
+    for _ in range(30):  # past an automatic checkpoint (1,000 pages), then a restart
+        await backend.create_run(new_run(input_json=big))
+    assert size_of(wal) <= WAL_SIZE_LIMIT
 
 
 async def test_the_file_and_its_wal_and_shm_are_private(tmp_path: Path) -> None:

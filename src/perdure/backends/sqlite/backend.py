@@ -71,6 +71,10 @@ T = TypeVar("T")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BUSY_ATTEMPTS = 6
 _CACHED_STATEMENTS = 512
+#: Bytes of WAL file left after SQLite restarts the log: a reader that held its
+#: snapshot for long makes the WAL grow meanwhile, and without a limit the file would
+#: keep that size after (SQLite reuses it, never shrinks it).
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 class SQLiteBackend(Backend):
@@ -160,6 +164,7 @@ class SQLiteBackend(Backend):
                 )
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.create_function("json_contains", 2, json_contains, deterministic=True)
         except BaseException:
             conn.close()
