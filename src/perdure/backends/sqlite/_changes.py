@@ -4,8 +4,8 @@ SQLite has no LISTEN/NOTIFY, and a worker or a waiting ``result()`` in another
 process would otherwise only see new work at its next poll (100 ms). ``PRAGMA
 data_version`` answers, on one connection, "did any other connection commit since I
 last asked?" by reading the WAL index in shared memory: no disk, no lock. One thread
-per process and file asks it every 2 ms (1 ms while the file is busy) on a connection
-of its own.
+per process and file asks it every 2 ms (1 ms while other processes commit) on a
+connection of its own.
 
 That connection also sees this process's own commits, which already woke this
 process directly. They are told apart exactly: every commit of this process reads
@@ -33,8 +33,8 @@ __all__ = ["ChangeWatcher"]
 log = logging.getLogger("perdure.backends.sqlite")
 
 INTERVAL = 0.002  # seconds between two looks; one look costs a few microseconds
-BUSY_INTERVAL = 0.001  # between two looks while the file is busy (committed lately)
-BUSY_FOR = 0.5  # seconds a commit (of any process) keeps the file busy
+BUSY_INTERVAL = 0.001  # between two looks while other processes commit
+BUSY_FOR = 0.5  # seconds another process's commit keeps the watcher at that pace
 _KEEP_EVERY = 0.5  # seconds between two questions whether the watcher is still wanted
 
 
@@ -58,7 +58,7 @@ class ChangeWatcher:
         self._conn: sqlite3.Connection | None = None
         self._seen = 0  # the watch connection's data_version when last looked at
         self._foreign = False  # another process committed; not told yet
-        self._busy_until = 0.0  # monotonic time until which the file counts as busy
+        self._busy_until = 0.0  # monotonic time until which it looks at the busy pace
         try:
             self._connect()
         except sqlite3.Error as exc:
@@ -80,7 +80,6 @@ class ChangeWatcher:
             mine = self._version(conn)  # inside the transaction: its snapshot's
             conn.execute("COMMIT")
             self._seen = self._version(watch)
-            self._busy_until = time.monotonic() + BUSY_FOR
             if self._version(conn) != mine:
                 # Another process committed after this COMMIT released the lock (as
                 # during a checkpoint SQLite runs inside COMMIT): the read above took
@@ -109,8 +108,9 @@ class ChangeWatcher:
         ask_at = time.monotonic() + _KEEP_EVERY
         try:
             while True:
-                # Faster while commits come (a run's next hop is likely near), at the
-                # idle pace otherwise: an idle process looks 500 times a second.
+                # Faster while other processes commit (a run's next hop across them is
+                # likely near), at the idle pace otherwise: 500 looks a second. This
+                # process's own commits do not count: they woke it directly.
                 now = time.monotonic()
                 time.sleep(BUSY_INTERVAL if now < self._busy_until else INTERVAL)
                 if now >= ask_at:
