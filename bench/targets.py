@@ -22,8 +22,10 @@ Usage: ``python bench/targets.py [--runs 2000] [--w2 200] [--json out.json]``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -51,17 +53,16 @@ async def one(ctx: Context, n: int) -> int:
 
 def start_cost(n: int) -> dict[str, float]:
     """Mean milliseconds of ``app.start`` (no worker running, so nothing competes)
-    against a bare one-row insert commit on its own connection, same server."""
+    against a bare one-row insert commit on its own connection, same server; and the
+    same pair with async drivers: ``start_async`` on the caller's event loop against
+    an async psycopg insert (no hop from a sync caller's thread to the app's loop)."""
     import psycopg
 
     url = fresh_database("bench_start_cost")
     work = Path(tempfile.mkdtemp(prefix="bench_start_"))
     (work / "start_app.py").write_text(START_APP)
-    sys.path.insert(0, str(work))
     os.environ["PERDURE_DATABASE_URL"] = url
-    import start_app
-
-    app = start_app.app
+    app = runpy.run_path(str(work / "start_app.py"))["app"]
     app.list_workflows()
     for i in range(50):  # warm: connections, prepared statements
         app.start("one", i)
@@ -78,8 +79,33 @@ def start_cost(n: int) -> dict[str, float]:
         for _ in range(n):
             conn.execute("INSERT INTO bare (payload) VALUES (%s)", (ROW,))
         insert_ms = (time.perf_counter() - t0) / n * 1000
+
+    async def async_pair() -> tuple[float, float]:
+        app = runpy.run_path(str(work / "start_app.py"))["app"]  # on this loop
+        for i in range(50):
+            await app.start_async("one", i)
+        t0 = time.perf_counter()
+        for i in range(n):
+            await app.start_async("one", i)
+        start = (time.perf_counter() - t0) / n * 1000
+        await app.close_async()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for _ in range(50):
+                await conn.execute("INSERT INTO bare (payload) VALUES (%s)", (ROW,))
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await conn.execute("INSERT INTO bare (payload) VALUES (%s)", (ROW,))
+            insert = (time.perf_counter() - t0) / n * 1000
+        return start, insert
+
+    start_async_ms, insert_async_ms = asyncio.run(async_pair())
     drop_database("bench_start_cost")
-    return {"start_ms": start_ms, "bare_insert_ms": insert_ms}
+    return {
+        "start_ms": start_ms,
+        "bare_insert_ms": insert_ms,
+        "start_async_ms": start_async_ms,
+        "bare_insert_async_ms": insert_async_ms,
+    }
 
 
 def sqlite_w2(runs: int) -> dict[str, Any]:
@@ -141,6 +167,11 @@ def main() -> None:
             "start ÷ bare insert commit",
             report["start"]["start_ms"] / report["start"]["bare_insert_ms"],
             "<= 2",
+        ),
+        (
+            "start_async ÷ async bare insert commit",
+            report["start"]["start_async_ms"] / report["start"]["bare_insert_async_ms"],
+            "(report)",
         ),
         ("W1 2 workers ÷ W1 1 worker (one starter)", best(pair["w1"]) / w1, ">= 1.2"),
         ("write transactions per step, 1 worker", min(r["writes_per_step"] for r in one["w1"]),
