@@ -90,6 +90,33 @@ def test_delayed_limited_and_other_apps_starts_are_not_handed(app: App, database
         other.close()
 
 
+def test_a_busy_worker_claims_the_starts_of_other_processes(app: App, database) -> None:  # type: ignore[no-untyped-def]
+    # A worker that executes runs waits a few milliseconds after a wake notice before
+    # it claims (BUSY_CLAIM_DELAY), to claim the starts of those milliseconds at once:
+    # it must still claim them while its own run goes on, with the poll an hour away.
+    _quick(app)  # served by the worker, started by the other app
+    release = threading.Event()
+
+    @app.workflow
+    async def blocker(ctx: Context, _: None) -> str:
+        return await ctx.step.run("hold", lambda: "done" if release.wait(60) else "late")
+
+    other = App(database.url, schema=database.schema, sweep_interval=0)  # a client only
+    try:
+        with app.worker(concurrency=4, poll_interval="1h") as worker:
+            held = app.start(blocker)
+            wait_for(lambda: app.get_run(held.id).status == "running")
+            handles = [other.start("quick", n) for n in range(6)]
+            assert [h.result(timeout=30) for h in handles] == [2 * n for n in range(6)]
+            assert app.get_run(held.id).status == "running"  # busy all along
+            release.set()
+            assert held.result(timeout=30) == "done"
+            assert worker.claimed >= 6  # another app's starts are never handed over
+    finally:
+        release.set()
+        other.close()
+
+
 def test_a_start_that_finds_its_run_gives_the_slot_back(app: App) -> None:
     quick = _quick(app)
     with app.worker(concurrency=1):

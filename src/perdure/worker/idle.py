@@ -1,5 +1,6 @@
-"""What an idle worker asks the database between claims: how long it may sleep, and
-which runs of versions it lacks should wait instead of being retried."""
+"""What a worker does between claims: how long it may sleep, how long a busy one
+gathers new starts, which runs of versions it lacks should wait instead of being
+retried, and which runs a lost claim answer leased to it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from ..errors import BackendError
 from ..records import DeferParams
 from .wakes import WakeTimes
 
-__all__ = ["defer_unavailable", "time_to_next_wake"]
+__all__ = ["BUSY_CLAIM_DELAY", "defer_unavailable", "release_orphans", "time_to_next_wake"]
 
 log = logging.getLogger("perdure.worker")
+
+#: Seconds a worker that executes runs waits after a wake notice before it claims:
+#: starts that arrive meanwhile are claimed by the same query. Without it, a worker
+#: claimed each start on its own, and beside a second worker both claimed every
+#: start, one of them in vain. An idle worker claims at once (the latency of a lone
+#: run is unchanged); a backlog is claimed without pause (a claim that fills every
+#: free slot is followed by the next at once).
+BUSY_CLAIM_DELAY = 0.003
 
 Pairs = tuple[tuple[str, int], ...]
 
@@ -52,4 +61,16 @@ async def defer_unavailable(backend: Backend, worker_id: str, pairs: Pairs, grac
             "%d run(s) of versions no live worker has are waiting: %s",
             len(deferred),
             ", ".join(deferred[:5]),
+        )
+
+
+async def release_orphans(backend: Backend, worker_id: str, held: list[str]) -> None:
+    """After a failed claim, free the runs it may have leased to this worker after all
+    (the database committed, the answer was lost): they are claimable now instead of
+    after their lease. ``held``: the runs the worker knows it holds."""
+    released = await backend.release_orphans(worker_id, held)
+    if released:
+        log.warning(
+            "released %d run(s) claimed for this worker by a claim whose answer was lost",
+            released,
         )

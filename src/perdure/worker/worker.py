@@ -56,7 +56,7 @@ from .active import ActiveRuns
 from .committer import Committer
 from .dump import dump_tasks
 from .handoff import HandOffs, LocalStarts
-from .idle import defer_unavailable, time_to_next_wake
+from .idle import BUSY_CLAIM_DELAY, defer_unavailable, release_orphans, time_to_next_wake
 from .options import check_options
 from .poison import fail_poison
 from .startup import StoppedAtStart, until_reachable
@@ -142,6 +142,7 @@ class Worker:
         self._handoffs: HandOffs | None = None
         self._active = ActiveRuns(on_end=self._on_run_end)
         self._maybe_due = True  # a due run may wait unclaimed: a run's end wakes the loop
+        self._new_work = False  # a wake notice came since the last claim
         self._own_loop = False  # run() runs in a loop of its own
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
@@ -417,7 +418,7 @@ class Worker:
                 try:
                     try:
                         if failures:
-                            await self._release_orphans(backend)
+                            await release_orphans(backend, self.id, self._active.ids())
                         # After an outage, renew this worker's leases before claiming, or
                         # it would take its own runs back (their leases expired meanwhile).
                         if self._active.renewal_owed and not await self._renew(backend):
@@ -455,23 +456,14 @@ class Worker:
                     timeout = max(timeout, min(poll, 0.25))
             await self._sleep(timeout)
 
-    async def _release_orphans(self, backend: Backend) -> None:
-        """After a failed claim, free the runs it may have leased to this worker after
-        all (the database committed, the answer was lost): they are claimable now
-        instead of after their lease."""
-        released = await backend.release_orphans(self.id, self._active.ids())
-        if released:
-            log.warning(
-                "released %d run(s) claimed for this worker by a claim whose answer was lost",
-                released,
-            )
-
     async def _sleep(self, timeout: float) -> None:
         assert self._wakeup is not None
-        if timeout <= 0 or self._wakeup.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        if timeout > 0 and not self._wakeup.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+        if self._new_work and len(self._active):  # busy: gather starts (BUSY_CLAIM_DELAY)
+            await asyncio.sleep(BUSY_CLAIM_DELAY)
+        self._new_work = False
 
     def _note_wake(self, when: datetime | None) -> None:
         if when is not None and self._wakes.add(when) and self._wakeup is not None:
@@ -510,7 +502,7 @@ class Worker:
         # ends woke the claim loop already).
         freed = notice.kind == "done" and not self._active.ended_here(notice.run_id)
         if notice.kind == "wake":
-            self._maybe_due = True
+            self._maybe_due = self._new_work = True
         if notice.kind == "cancel" and notice.run_id is not None:
             self._active.cancel(notice.run_id, "cancelled")
         elif self._wakeup is not None and (notice.kind == "wake" or (freed and self._limits)):
