@@ -48,6 +48,7 @@ from .._cursor import decode_cursor
 
 __all__ = [
     "RUN_WIDTH",
+    "batch_params",
     "claim_from_row",
     "dumps",
     "run_from_row",
@@ -264,6 +265,28 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
             ),
         )
     return general, params
+
+
+#: The parameters of a transition that `apply_transitions` takes from its batch.
+_BATCHED = (
+    "run_id", "token", "outcome", "reason", "output", "error", "step_attempts", "reopen",
+    "steps", "events",
+)  # fmt: skip
+
+
+def batch_params(planned: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of ``apply_transitions`` for transitions of distinct runs without
+    waits or children (``transition_params`` of each, in order: ``ord`` 1, 2, ...)."""
+    return {
+        "batch": json.dumps(
+            [
+                {**{k: params[k] for k in _BATCHED}, "wake_at": _iso(params["wake_at"])}
+                for params in planned
+            ],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+    }
 
 
 _NEW_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(NewRun))

@@ -17,7 +17,7 @@ from ...errors import ValidationError
 from ...records import Step, TransitionResult
 from ..base import TransactionWork
 from ._conn import QUERIES, PgConnections
-from ._convert import step_from_row, transition_params
+from ._convert import batch_params, step_from_row, transition_params
 from ._schema import ident
 
 __all__ = ["transact"]
@@ -47,12 +47,14 @@ async def transact(db: PgConnections, schema: str, work: TransactionWork) -> Tra
             general, params = transition_params(transition)
             run_id, keys = transition.run_id, list(params["keys"])
             await conn.execute(ident(QUERIES["set_local_search_path"], schema))
-            query = QUERIES["apply_transition_general"] if general else QUERIES["apply_transition"]
-            cur = await conn.execute(query, params)
+            if general:
+                cur = await conn.execute(QUERIES["apply_transition_general"], params)
+            else:
+                cur = await conn.execute(QUERIES["apply_transitions"], batch_params([params]))
             row = await cur.fetchone()
             if row is None or (general and not row[0]):
                 raise _Undo(TransitionResult(ok=False))
-            written = set((row[1] if general else row[0]) or ())
+            written = set(row[1] or ())
             if any(key not in written for key in keys):
                 raise _Undo(TransitionResult(ok=True))
     except _Undo as undo:

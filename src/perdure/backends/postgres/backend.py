@@ -4,9 +4,10 @@ Round trips (the hot paths):
 
 * `claim_runs`: one statement (lock with SKIP LOCKED, update, log events, return
   each run with its journal and waits as JSON).
-* `apply`: one pipelined transaction per batch (BEGIN, a statement per transition,
-  COMMIT, one sync: one round trip); a transition without waits or children is one
-  statement, the others call the plpgsql ``apply_transition``. Only when a journal
+* `apply`: one statement for the batch's transitions without waits or children
+  (``apply_transitions``); with others, one pipelined transaction (BEGIN, that
+  statement, one per other transition calling the plpgsql ``apply_transition``,
+  COMMIT, one sync: one round trip). Only when a journal
   key already held a final row does a read-only query fetch it (after commit).
 * producers (`create_run`, `deliver_signal`, `publish`, `cancel_run`): one call of
   the plpgsql function that SQL producers call too.
@@ -57,6 +58,7 @@ from . import _flows
 from ._clock import set_offset
 from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
 from ._convert import (
+    batch_params,
     claim_from_row,
     dumps,
     limited_claim_params,
@@ -382,38 +384,53 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         results: list[TransitionResult | None] = [None] * len(transitions)
         missing: list[tuple[int, str]] = []
         asks = {i: _flows.claim_on_complete(transitions[i]) for i, _, _ in planned}
-        # One transition that claims nothing is one statement, atomic on its own: no
-        # BEGIN, COMMIT and pipeline around it (about 80 µs of a lone commit's).
-        alone = len(planned) == 1 and asks[planned[0][0]] is None
+        # Transitions with no waits, children or claim go out together in one statement
+        # (apply_transitions() applies them one by one, in order); the others one
+        # statement each, after it, and with them every transition of their runs.
+        apart_runs = {
+            transitions[i].run_id for i, general, _ in planned if general or asks[i] is not None
+        }
+        together = [(i, p) for i, _, p in planned if transitions[i].run_id not in apart_runs]
+        apart = [plan for plan in planned if transitions[plan[0]].run_id in apart_runs]
+        # One statement is atomic on its own: no BEGIN, COMMIT and pipeline around it
+        # (about 80 µs of a lone commit's).
+        alone = bool(together) + len(apart) == 1 and all(asks[i] is None for i, _, _ in apart)
+        params_of = {i: params for i, _, params in planned}
         async with self._db.connection() as conn:
-            cursors = []
+            sent: list[tuple[list[int], bool, Any]] = []  # indexes, general, cursor
             handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
             async with contextlib.nullcontext() if alone else pipelined_transaction(conn):
-                for index, general, params in planned:
-                    query = (
-                        QUERIES["apply_transition_general"]
-                        if general
-                        else QUERIES["apply_transition"]
-                    )
+                if together:
+                    values = batch_params([params for _, params in together])
+                    cur = await conn.execute(QUERIES["apply_transitions"], values)
+                    sent.append(([i for i, _ in together], False, cur))
+                for index, general, params in apart:
                     handoff = asks[index]
                     if handoff is not None:
                         await conn.execute(handoff[0], handoff[2])
-                    cursors.append(await conn.execute(query, params))
+                    if general:
+                        query, values = QUERIES["apply_transition_general"], params
+                    else:
+                        query, values = QUERIES["apply_transitions"], batch_params([params])
+                    sent.append(([index], general, await conn.execute(query, values)))
                     if handoff is not None:
                         handoffs[index] = await conn.execute(handoff[1], handoff[2])
-            for (index, general, params), cur in zip(planned, cursors, strict=True):
-                row = await cur.fetchone()
-                ok = row is not None and (bool(row[0]) if general else True)
-                if not ok or row is None:
-                    results[index] = TransitionResult(ok=False)
-                    continue
-                written = set((row[1] if general else row[0]) or ())
-                missing.extend((index, key) for key in params["keys"] if key not in written)
-                handed = handoffs.get(index)
-                claimed = (
-                    () if handed is None else _flows.claimed_on_complete(await handed.fetchall())
-                )
-                results[index] = TransitionResult(ok=True, claimed=claimed)
+            for indexes, general, cur in sent:
+                written_by = _written_by(general, await cur.fetchall())
+                for place, index in enumerate(indexes, start=1):
+                    if place not in written_by:
+                        results[index] = TransitionResult(ok=False)
+                        continue
+                    written = written_by[place]
+                    keys = params_of[index]["keys"]
+                    missing.extend((index, key) for key in keys if key not in written)
+                    handed = handoffs.get(index)
+                    claimed = (
+                        ()
+                        if handed is None
+                        else _flows.claimed_on_complete(await handed.fetchall())
+                    )
+                    results[index] = TransitionResult(ok=True, claimed=claimed)
             if missing:
                 # Keys that already held a final row: the stored row wins. Final rows
                 # never change, so reading them after the commit is exact.
@@ -505,3 +522,12 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         if progress:
             self._listener.also_listen(ident(QUERIES["listen"], f"{self._schema}.progress"))
         return self._listener.add(callback)
+
+
+def _written_by(general: bool, rows: list[Any]) -> dict[int, set[str]]:
+    """The journal keys each applied transition of a statement wrote, by its place in
+    the statement (1, 2, ...): ``apply_transitions`` returns a row per applied one,
+    ``apply_transition_general`` one row whose first column says if it applied."""
+    if general:
+        return {1: set(rows[0][1] or ())} if rows and rows[0][0] else {}
+    return {int(row[0]): set(row[1] or ()) for row in rows}
