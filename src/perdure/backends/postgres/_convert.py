@@ -274,14 +274,22 @@ _BATCHED = (
 )  # fmt: skip
 
 
-def batch_params(planned: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The parameters of ``apply_transitions`` for transitions of distinct runs without
-    waits or children (``transition_params`` of each, in order: ``ord`` 1, 2, ...)."""
+def batch_params(
+    planned: Sequence[dict[str, Any]], quiet: Sequence[bool] | None = None
+) -> dict[str, Any]:
+    """The parameters of ``apply_transitions`` for transitions without waits or
+    children (``transition_params`` of each, in order: places 1, 2, ...); ``quiet``:
+    for each, whether a claim on complete follows it (its flow run sends no wake)."""
+    quiet = quiet or [False] * len(planned)
     return {
         "batch": json.dumps(
             [
-                {**{k: params[k] for k in _BATCHED}, "wake_at": _iso(params["wake_at"])}
-                for params in planned
+                {
+                    **{k: params[k] for k in _BATCHED},
+                    "wake_at": _iso(params["wake_at"]),
+                    "quiet": shh,
+                }
+                for params, shh in zip(planned, quiet, strict=True)
             ],
             ensure_ascii=False,
             separators=(",", ":"),

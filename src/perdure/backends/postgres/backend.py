@@ -384,26 +384,33 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         results: list[TransitionResult | None] = [None] * len(transitions)
         missing: list[tuple[int, str]] = []
         asks = {i: _flows.claim_on_complete(transitions[i]) for i, _, _ in planned}
-        # Transitions with no waits, children or claim go out together in one statement
-        # (apply_transitions() applies them one by one, in order); the others one
-        # statement each, after it, and with them every transition of their runs.
-        apart_runs = {
-            transitions[i].run_id for i, general, _ in planned if general or asks[i] is not None
-        }
+        # Transitions with no waits or children go out together in one statement
+        # (apply_transitions() applies them one by one, in order), each claim on complete
+        # after it; the others one statement each, after those, and with them every
+        # transition of their runs.
+        apart_runs = {transitions[i].run_id for i, general, _ in planned if general}
         together = [(i, p) for i, _, p in planned if transitions[i].run_id not in apart_runs]
         apart = [plan for plan in planned if transitions[plan[0]].run_id in apart_runs]
+        claims = sum(ask is not None for ask in asks.values())
         # One statement is atomic on its own: no BEGIN, COMMIT and pipeline around it
         # (about 80 µs of a lone commit's).
-        alone = bool(together) + len(apart) == 1 and all(asks[i] is None for i, _, _ in apart)
+        alone = bool(together) + len(apart) == 1 and not claims
         params_of = {i: params for i, _, params in planned}
         async with self._db.connection() as conn:
             sent: list[tuple[list[int], bool, Any]] = []  # indexes, general, cursor
             handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
             async with contextlib.nullcontext() if alone else pipelined_transaction(conn):
                 if together:
-                    values = batch_params([params for _, params in together])
+                    values = batch_params(
+                        [params for _, params in together],
+                        [asks[i] is not None for i, _ in together],
+                    )
                     cur = await conn.execute(QUERIES["apply_transitions"], values)
                     sent.append(([i for i, _ in together], False, cur))
+                    for index, _ in together:
+                        handoff = asks[index]
+                        if handoff is not None:
+                            handoffs[index] = await conn.execute(handoff[1], handoff[2])
                 for index, general, params in apart:
                     handoff = asks[index]
                     if handoff is not None:
