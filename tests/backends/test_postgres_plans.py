@@ -83,6 +83,7 @@ def _scans_of_runs(node: Any) -> list[dict[str, Any]]:
         pytest.param(FLOW_QUERIES["claim_on_complete"], id="claim_on_complete"),
         pytest.param(FLOW_QUERIES["claim_started_tasks"], id="claim_started_tasks"),
         pytest.param(QUERIES["claim_runs"], id="claim_runs"),
+        pytest.param(QUERIES["apply_transition"], id="apply_transition"),
         pytest.param(QUERIES["get_run"], id="get_run"),
     ],
 )
@@ -98,6 +99,11 @@ def test_a_hot_statement_reads_runs_by_index_conditions_only(
         "lease": 30.0,
         "workflows": ["f:a"],
         "versions": [1],
+        "outcome": "complete",
+        "steps": "[]",
+        "events": "[]",
+        "step_attempts": 0,
+        "ord": 1,
         **plain_claim_params(),
     }
     scans = _scans_of_runs(_generic_plan(conn, query, params))

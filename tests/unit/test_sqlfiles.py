@@ -1,6 +1,14 @@
+import re
+
 import pytest
 
-from perdure.backends._sqlfiles import compact, load_migrations, load_queries, parse_queries
+from perdure.backends._sqlfiles import (
+    compact,
+    function_set,
+    load_migrations,
+    load_queries,
+    parse_queries,
+)
 
 
 def test_compact_drops_comments_indentation_and_blank_lines() -> None:
@@ -40,3 +48,12 @@ def test_an_include_of_a_missing_or_nested_part_is_refused() -> None:
         parse_queries("-- name: one\nSELECT {{nope}}\n")
     with pytest.raises(ValueError, match="one level only"):
         parse_queries("-- name: a\nx\n-- name: b\n{{a}}\n-- name: c\n{{b}}\n")
+
+
+def test_a_function_runs_a_query_of_the_file_with_its_parameters_from_its_record() -> None:
+    package = "perdure.backends.postgres"
+    text = function_set(package).text_of("51_apply_transitions.sql")
+    statement = load_queries(package)["apply_transition"]
+    assert "{{" not in text and "%(" not in text
+    assert re.sub(r"%\((\w+)\)s", r"t.\1", statement) in text
+    assert "WHERE r.id = t.run_id::text AND r.lease_token = t.token::bigint" in text

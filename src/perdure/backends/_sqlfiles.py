@@ -4,7 +4,9 @@ A queries file holds blocks that each start with a header line ``-- name: <name>
 the block's text up to the next header is the query (comments included). Migration
 files are named ``NNNN_description.sql`` and applied in number order. Function files
 (``sql/functions/*.sql``, PostgreSQL) are applied in name order, as a set, whenever
-their text changes (see `function_set`).
+their text changes (see `function_set`); a function may run a query of
+``queries.sql`` as one of its statements, written ``{{query <name>}}``, its
+``%(param)s`` placeholders read from the function's record ``t`` (``t.param``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ __all__ = [
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{(\w+)\}\}")
+_QUERY = re.compile(r"\{\{query (\w+)\}\}")
+_PARAM = re.compile(r"%\((\w+)\)s")
 _TRAILING_COMMENT = re.compile(r"\s+--\s.*$")
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -126,10 +130,16 @@ class FunctionSet:
 
 
 def function_set(package: str) -> FunctionSet:
-    """Load ``<package>/sql/functions/*.sql`` in name order."""
+    """Load ``<package>/sql/functions/*.sql`` in name order (``{{query <name>}}``
+    expanded: see the module's docstring)."""
     folder = resources.files(package).joinpath("sql", "functions")
+    queries = load_queries(package)
+
+    def included(match: re.Match[str]) -> str:
+        return _PARAM.sub(r"t.\1", queries[match.group(1)])
+
     entries = sorted(
-        (entry.name, entry.read_text("utf-8"))
+        (entry.name, _QUERY.sub(included, entry.read_text("utf-8")))
         for entry in folder.iterdir()
         if entry.name.endswith(".sql")
     )

@@ -17,7 +17,7 @@ from ...errors import ValidationError
 from ...records import Step, TransitionResult
 from ..base import TransactionWork
 from ._conn import QUERIES, PgConnections
-from ._convert import batch_params, step_from_row, transition_params
+from ._convert import step_from_row, transition_params
 from ._schema import ident
 
 __all__ = ["transact"]
@@ -50,7 +50,7 @@ async def transact(db: PgConnections, schema: str, work: TransactionWork) -> Tra
             if general:
                 cur = await conn.execute(QUERIES["apply_transition_general"], params)
             else:
-                cur = await conn.execute(QUERIES["apply_transitions"], batch_params([params]))
+                cur = await conn.execute(QUERIES["apply_transition"], params | {"ord": 1})
             row = await cur.fetchone()
             if row is None or (general and not row[0]):
                 raise _Undo(TransitionResult(ok=False))

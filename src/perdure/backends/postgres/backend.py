@@ -5,8 +5,9 @@ Round trips (the hot paths):
 * `claim_runs`: one statement (lock with SKIP LOCKED, update, log events, return
   each run with its journal and waits as JSON).
 * `apply`: one statement for the batch's transitions without waits or children
-  (``apply_transitions``); with others, one pipelined transaction (BEGIN, that
-  statement, one per other transition calling the plpgsql ``apply_transition``,
+  (``apply_transition`` for one alone, else ``apply_transitions()`` running it for
+  each); with others, one pipelined transaction (BEGIN, that statement, one per
+  other transition calling the plpgsql ``apply_transition``, each claim on complete,
   COMMIT, one sync: one round trip). Only when a journal
   key already held a final row does a read-only query fetch it (after commit).
 * producers (`create_run`, `deliver_signal`, `publish`, `cancel_run`): one call of
@@ -400,7 +401,12 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
             sent: list[tuple[list[int], bool, Any]] = []  # indexes, general, cursor
             handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
             async with contextlib.nullcontext() if alone else pipelined_transaction(conn):
-                if together:
+                if len(together) == 1 and not claims:
+                    # One transition alone: its statement itself (no function call).
+                    index, params = together[0]
+                    cur = await conn.execute(QUERIES["apply_transition"], params | {"ord": 1})
+                    sent.append(([index], False, cur))
+                elif together:
                     values = batch_params(
                         [params for _, params in together],
                         [asks[i] is not None for i, _ in together],
@@ -418,7 +424,7 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
                     if general:
                         query, values = QUERIES["apply_transition_general"], params
                     else:
-                        query, values = QUERIES["apply_transitions"], batch_params([params])
+                        query, values = QUERIES["apply_transition"], params | {"ord": 1}
                     sent.append(([index], general, await conn.execute(query, values)))
                     if handoff is not None:
                         handoffs[index] = await conn.execute(handoff[1], handoff[2])
@@ -533,7 +539,7 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
 
 def _written_by(general: bool, rows: list[Any]) -> dict[int, set[str]]:
     """The journal keys each applied transition of a statement wrote, by its place in
-    the statement (1, 2, ...): ``apply_transitions`` returns a row per applied one,
+    the statement (1, 2, ...): ``apply_transition(s)`` return a row per applied one,
     ``apply_transition_general`` one row whose first column says if it applied."""
     if general:
         return {1: set(rows[0][1] or ())} if rows and rows[0][0] else {}

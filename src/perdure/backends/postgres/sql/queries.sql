@@ -465,6 +465,111 @@ WHERE status = 'running'
   AND id <> ALL(%(ids)s::text[])
 RETURNING id
 
+-- name: apply_transition
+-- Apply one fenced transition that has no waits and no children, in one statement:
+-- the fenced UPDATE applies the outcome, and every other write selects FROM it, so a
+-- failed fence writes nothing. Returns %(ord)s (its place in a batch) and the journal
+-- keys written (no row: lease lost). apply_transitions() runs this same statement for
+-- each transition of a batch (functions/51_apply_transitions.sql).
+WITH u AS (SELECT * FROM {{_steps_written}}),  -- the journal rows
+fence AS (
+    UPDATE runs AS r SET
+        status = CASE %(outcome)s::text
+            WHEN 'none' THEN 'running'
+            WHEN 'complete' THEN 'completed'
+            WHEN 'fail' THEN 'failed'
+            ELSE 'waiting' END,
+        lease_owner = CASE WHEN %(outcome)s::text = 'none' THEN r.lease_owner END,
+        lease_expires_at = CASE WHEN %(outcome)s::text = 'none' THEN r.lease_expires_at END,
+        available_at = CASE %(outcome)s::text
+            WHEN 'none' THEN r.available_at
+            WHEN 'park' THEN coalesce(
+                least(%(wake_at)s::timestamptz, r.deadline_at,
+                      (SELECT min(w.timeout_at) FROM waits w
+                       WHERE w.run_id = r.id AND w.key NOT IN (SELECT u.key FROM u))),
+                'infinity')
+            WHEN 'retry' THEN coalesce(least(%(wake_at)s::timestamptz, r.deadline_at), perdure_now())
+            WHEN 'release' THEN perdure_now()
+            ELSE 'infinity' END,
+        wake_reason = CASE %(outcome)s::text
+            WHEN 'none' THEN r.wake_reason
+            WHEN 'park' THEN %(reason)s::text
+            WHEN 'retry' THEN 'retry' END,
+        attempt = r.attempt + CASE WHEN %(outcome)s::text = 'retry' THEN 1 ELSE 0 END,
+        output = CASE WHEN %(outcome)s::text = 'complete' THEN %(output)s::json ELSE r.output END,
+        error = CASE %(outcome)s::text
+            WHEN 'complete' THEN NULL
+            WHEN 'fail' THEN %(error)s::jsonb
+            WHEN 'retry' THEN %(error)s::jsonb
+            ELSE r.error END,
+        completed_at = CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN perdure_now() END,
+        step_attempts = r.step_attempts + %(step_attempts)s::integer,
+        claims_since_progress = 0,
+        updated_at = perdure_now()
+    WHERE r.id = %(run_id)s::text AND r.lease_token = %(token)s::bigint AND r.status = 'running'
+    RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at, r.attempt
+),
+written AS (
+    -- The statement of write_steps(), inline on purpose: calling the function from
+    -- here cost W1 about 8% at the README setup (bench/RESULTS.md, 2026-11-25).
+    INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
+                            started_at, completed_at, recorded_at)
+    SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
+           u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
+    FROM fence f
+    CROSS JOIN u
+    ORDER BY u.ord
+    ON CONFLICT (run_id, key) DO UPDATE SET
+        seq = excluded.seq, kind = excluded.kind, status = excluded.status,
+        output = excluded.output, error = excluded.error, attempts = excluded.attempts,
+        started_at = excluded.started_at, completed_at = excluded.completed_at,
+        recorded_at = excluded.recorded_at
+    WHERE s.status = 'retrying'
+    RETURNING s.key
+),
+unwaited AS (
+    DELETE FROM waits w
+    USING fence f
+    WHERE w.run_id = f.id
+      AND (w.key IN (SELECT u.key FROM u) OR %(outcome)s::text IN ('complete', 'fail'))
+),
+unbuffered AS (
+    DELETE FROM signals g
+    USING fence f
+    WHERE g.run_id = f.id AND %(outcome)s::text IN ('complete', 'fail')
+),
+reopened AS (
+    -- A workflow retry: the failed steps that ended the attempt run again, fresh budget.
+    UPDATE steps s SET status = 'retrying', attempts = 0
+    FROM fence f
+    WHERE s.run_id = f.id AND s.key = ANY (%(reopen)s::text[]) AND s.status = 'failed'
+),
+logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT f.id, e.type, e.data::jsonb
+    FROM fence f
+    CROSS JOIN {{_events_logged}}
+    ORDER BY e.ord
+)
+SELECT %(ord)s::integer, (SELECT coalesce(array_agg(w.key), '{}') FROM written w),
+       CASE WHEN %(outcome)s::text = 'complete'
+            THEN send_end(f.id, 'completed', f.attempt, %(output)s::text)
+            WHEN %(outcome)s::text = 'fail' THEN send_end(f.id, 'failed', f.attempt, %(error)s::text)
+            WHEN EXISTS (SELECT 1 FROM watchers w  -- watched(), inline: the hot path
+                         WHERE w.run_id = f.id AND w.until > perdure_now())
+            THEN send_notice('p', f.id) END,
+       CASE WHEN %(outcome)s::text IN ('park', 'retry', 'release') AND f.available_at <= perdure_now()
+            THEN send_notice('w', f.id) END,
+       -- A child's end: the parent's journal row and wake-up, under the parent's lock.
+       CASE WHEN %(outcome)s::text IN ('complete', 'fail') AND f.parent_id IS NOT NULL
+            THEN child_ended(
+                f.parent_id, f.parent_step, f.id, f.created_at,
+                CASE WHEN %(outcome)s::text = 'complete' THEN 'completed' ELSE 'failed' END,
+                %(output)s::json, %(error)s::jsonb) END,
+       -- A failed run's live children end with it.
+       CASE WHEN %(outcome)s::text = 'fail' THEN cancel_descendants(f.id) END
+FROM fence f
+
 -- name: apply_transitions
 -- Apply fenced transitions without waits or children through apply_transitions(), in
 -- the order of %(batch)s (a JSON list of their parameters): per transition applied, its
