@@ -4,12 +4,8 @@ Round trips (the hot paths):
 
 * `claim_runs`: one statement (lock with SKIP LOCKED, update, log events, return
   each run with its journal and waits as JSON).
-* `apply`: one statement for the batch's transitions without waits or children
-  (``apply_transition`` for one alone, else ``apply_transitions()`` running it for
-  each); with others, one pipelined transaction (BEGIN, that statement, one per
-  other transition calling the plpgsql ``apply_transition``, each claim on complete,
-  COMMIT, one sync: one round trip). Only when a journal
-  key already held a final row does a read-only query fetch it (after commit).
+* `apply`: one round trip per batch (`_apply`): one statement for the transitions
+  without waits or children, and with others one pipelined transaction.
 * producers (`create_run`, `deliver_signal`, `publish`, `cancel_run`): one call of
   the plpgsql function that SQL producers call too.
 
@@ -19,8 +15,6 @@ is the only dynamic identifier and goes through `_ident`.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -56,10 +50,10 @@ from ...records import (
 from .._cursor import encode_cursor
 from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
 from . import _flows
+from ._apply import apply_transitions
 from ._clock import set_offset
-from ._conn import QUERIES, PgConnections, pipelined_transaction, retrying
+from ._conn import QUERIES, PgConnections
 from ._convert import (
-    batch_params,
     claim_from_row,
     dumps,
     limited_claim_params,
@@ -67,7 +61,6 @@ from ._convert import (
     plain_claim_params,
     run_from_row,
     step_from_row,
-    transition_params,
 )
 from ._operations import Operations
 from ._schedules import ScheduleStore
@@ -368,103 +361,7 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         return len(rows)
 
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
-        if not transitions:
-            return []
-        # Stable lock order: by run id (the sort keeps a run's transitions in order).
-        order = sorted(range(len(transitions)), key=lambda i: transitions[i].run_id)
-        planned = [(i, *transition_params(transitions[i])) for i in order]
-        return await retrying(
-            functools.partial(self._apply_once, transitions, planned), "apply batch"
-        )
-
-    async def _apply_once(
-        self,
-        transitions: Sequence[Transition],
-        planned: list[tuple[int, bool, dict[str, Any]]],
-    ) -> list[TransitionResult]:
-        results: list[TransitionResult | None] = [None] * len(transitions)
-        missing: list[tuple[int, str]] = []
-        asks = {i: _flows.claim_on_complete(transitions[i]) for i, _, _ in planned}
-        # Transitions with no waits or children go out together in one statement
-        # (apply_transitions() applies them one by one, in order), each claim on complete
-        # after it; the others one statement each, after those, and with them every
-        # transition of their runs.
-        apart_runs = {transitions[i].run_id for i, general, _ in planned if general}
-        together = [(i, p) for i, _, p in planned if transitions[i].run_id not in apart_runs]
-        apart = [plan for plan in planned if transitions[plan[0]].run_id in apart_runs]
-        claims = sum(ask is not None for ask in asks.values())
-        # One statement is atomic on its own: no BEGIN, COMMIT and pipeline around it
-        # (about 80 µs of a lone commit's).
-        alone = bool(together) + len(apart) == 1 and not claims
-        params_of = {i: params for i, _, params in planned}
-        async with self._db.connection() as conn:
-            sent: list[tuple[list[int], bool, Any]] = []  # indexes, general, cursor
-            handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
-            async with contextlib.nullcontext() if alone else pipelined_transaction(conn):
-                if len(together) == 1 and not claims:
-                    # One transition alone: its statement itself (no function call).
-                    index, params = together[0]
-                    cur = await conn.execute(QUERIES["apply_transition"], params | {"ord": 1})
-                    sent.append(([index], False, cur))
-                elif together:
-                    values = batch_params(
-                        [params for _, params in together],
-                        [asks[i] is not None for i, _ in together],
-                    )
-                    cur = await conn.execute(QUERIES["apply_transitions"], values)
-                    sent.append(([i for i, _ in together], False, cur))
-                    for index, _ in together:
-                        handoff = asks[index]
-                        if handoff is not None:
-                            handoffs[index] = await conn.execute(handoff[1], handoff[2])
-                for index, general, params in apart:
-                    handoff = asks[index]
-                    if handoff is not None:
-                        await conn.execute(handoff[0], handoff[2])
-                    if general:
-                        query, values = QUERIES["apply_transition_general"], params
-                    else:
-                        query, values = QUERIES["apply_transition"], params | {"ord": 1}
-                    sent.append(([index], general, await conn.execute(query, values)))
-                    if handoff is not None:
-                        handoffs[index] = await conn.execute(handoff[1], handoff[2])
-            for indexes, general, cur in sent:
-                written_by = _written_by(general, await cur.fetchall())
-                for place, index in enumerate(indexes, start=1):
-                    if place not in written_by:
-                        results[index] = TransitionResult(ok=False)
-                        continue
-                    written = written_by[place]
-                    keys = params_of[index]["keys"]
-                    missing.extend((index, key) for key in keys if key not in written)
-                    handed = handoffs.get(index)
-                    claimed = (
-                        ()
-                        if handed is None
-                        else _flows.claimed_on_complete(await handed.fetchall())
-                    )
-                    results[index] = TransitionResult(ok=True, claimed=claimed)
-            if missing:
-                # Keys that already held a final row: the stored row wins. Final rows
-                # never change, so reading them after the commit is exact.
-                cur = await conn.execute(
-                    QUERIES["existing_steps"],
-                    {
-                        "run_ids": [transitions[i].run_id for i, _ in missing],
-                        "keys": [key for _, key in missing],
-                    },
-                )
-                stored = {(r[0], r[1]): step_from_row(r[1:]) for r in await cur.fetchall()}
-                by_index: dict[int, list[Step]] = {}
-                for index, key in missing:
-                    step = stored.get((transitions[index].run_id, key))
-                    if step is not None:
-                        by_index.setdefault(index, []).append(step)
-                for index, steps in by_index.items():
-                    results[index] = replace(
-                        results[index] or TransitionResult(ok=True), existing=tuple(steps)
-                    )
-        return [r if r is not None else TransitionResult(ok=False) for r in results]
+        return await apply_transitions(self._db, transitions)
 
     async def transact(self, work: TransactionWork) -> TransitionResult:
         return await transact_in_app(self._db, self._schema, work)
@@ -535,12 +432,3 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         if progress:
             self._listener.also_listen(ident(QUERIES["listen"], f"{self._schema}.progress"))
         return self._listener.add(callback)
-
-
-def _written_by(general: bool, rows: list[Any]) -> dict[int, set[str]]:
-    """The journal keys each applied transition of a statement wrote, by its place in
-    the statement (1, 2, ...): ``apply_transition(s)`` return a row per applied one,
-    ``apply_transition_general`` one row whose first column says if it applied."""
-    if general:
-        return {1: set(rows[0][1] or ())} if rows and rows[0][0] else {}
-    return {int(row[0]): set(row[1] or ()) for row in rows}
