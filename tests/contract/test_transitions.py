@@ -678,6 +678,43 @@ async def test_child_ending_while_the_parent_runs_keeps_the_parent_lease(
     assert (await transition(backend, held, Complete(js("done")))).ok
 
 
+async def test_one_batch_of_many_shapes_applies_each_in_its_runs_order(
+    backend: Backend,
+) -> None:
+    # One commit batch: two transitions of the same run (a step, then its completion),
+    # a child's end beside its running parent's own step, and a park on a wait (the
+    # general shape) beside them. Each applies as if alone, in order.
+    parent = await create(backend)
+    other = await create(backend)
+    held = {c.run.id: c for c in await claim(backend, limit=2, lease=30)}
+    p, o = held[parent.id], held[other.id]
+    child = new_run("child", input=None, parent_id=parent.id, parent_step="c")
+    assert (await transition(backend, p, children=(child,))).ok
+    kid = await claim_one(backend, workflows=CHILD)
+    wait = WaitWrite("w", "go", None, None)
+    results = await backend.apply(
+        [
+            Transition(o.run.id, o.lease_token, steps=(completed("o1", "x"),)),
+            Transition(kid.run.id, kid.lease_token, outcome=Complete(js("kid"))),
+            Transition(p.run.id, p.lease_token, steps=(completed("p1", "y"),)),
+            Transition(
+                o.run.id, o.lease_token, steps=(completed("o2", "z"),), outcome=Complete(js("o"))
+            ),
+            Transition(p.run.id, p.lease_token, waits=(wait,), outcome=Park("event")),
+        ]
+    )
+    assert [r.ok for r in results] == [True] * 5
+    stored_o, stored_p = await backend.get_run(o.run.id), await backend.get_run(p.run.id)
+    assert stored_o is not None and stored_p is not None
+    assert (stored_o.status, stored_o.output) == ("completed", "o")
+    assert [s.name for s in await backend.get_steps(o.run.id)] == ["o1", "o2"]
+    assert stored_p.status == "waiting"
+    assert sorted((s.name, s.output) for s in await backend.get_steps(p.run.id)) == [
+        ("c", "kid"),
+        ("p1", "y"),
+    ]
+
+
 # --------------------------------------------------------------------------- leases
 
 
