@@ -136,7 +136,10 @@ def function_set(package: str) -> FunctionSet:
     queries = load_queries(package)
 
     def included(match: re.Match[str]) -> str:
-        return _PARAM.sub(r"t.\1", queries[match.group(1)])
+        name = match.group(1)
+        if name not in queries:
+            raise ValueError(f"{{{{query {name}}}}} names no query of queries.sql")
+        return _PARAM.sub(r"t.\1", queries[name])
 
     entries = sorted(
         (entry.name, _QUERY.sub(included, entry.read_text("utf-8")))

@@ -53,7 +53,7 @@ async def _apply_once(
     apart_runs = {transitions[i].run_id for i, general, _ in planned if general}
     together = [(i, p) for i, _, p in planned if transitions[i].run_id not in apart_runs]
     apart = [plan for plan in planned if transitions[plan[0]].run_id in apart_runs]
-    claims = sum(ask is not None for ask in asks.values())
+    claims = any(ask is not None for ask in asks.values())
     # One statement is atomic on its own: no BEGIN, COMMIT and pipeline around it
     # (about 80 µs of a lone commit's).
     alone = bool(together) + len(apart) == 1 and not claims
@@ -62,8 +62,8 @@ async def _apply_once(
         sent: list[tuple[list[int], bool, Any]] = []  # indexes, general, cursor
         handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
         async with contextlib.nullcontext() if alone else pipelined_transaction(conn):
-            if len(together) == 1 and not claims:
-                # One transition alone: its statement itself (no function call).
+            if len(together) == 1 and asks[together[0][0]] is None:
+                # One transition with no claim: its statement itself (no function call).
                 index, params = together[0]
                 cur = await conn.execute(QUERIES["apply_transition"], params | {"ord": 1})
                 sent.append(([index], False, cur))

@@ -274,13 +274,10 @@ _BATCHED = (
 )  # fmt: skip
 
 
-def batch_params(
-    planned: Sequence[dict[str, Any]], quiet: Sequence[bool] | None = None
-) -> dict[str, Any]:
+def batch_params(planned: Sequence[dict[str, Any]], quiet: Sequence[bool]) -> dict[str, Any]:
     """The parameters of ``apply_transitions`` for transitions without waits or
     children (``transition_params`` of each, in order: places 1, 2, ...); ``quiet``:
     for each, whether a claim on complete follows it (its flow run sends no wake)."""
-    quiet = quiet or [False] * len(planned)
     return {
         "batch": json.dumps(
             [
