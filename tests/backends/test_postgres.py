@@ -27,6 +27,7 @@ from perdure.backends.postgres import PostgresBackend
 from perdure.backends.postgres._conn import QUERIES
 from perdure.codec import FernetCodec
 from perdure.errors import RunNotFound, SchemaVersionError, ValidationError
+from perdure.flows.definition import FlowShape, StepShape
 from perdure.ids import is_run_id, new_run_id
 from perdure.records import (
     Claim,
@@ -475,6 +476,25 @@ async def test_concurrent_creates_with_one_key_make_one_run(
         NewRun(new_run_id(), "wf", 1, '{"other": 1}', idempotency_key="order-42")
     )
     assert again.run.id == results[0].run.id and not again.created
+
+
+async def test_concurrent_flow_starts_commit_together(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    """Flow starts made while another is committing share the next transaction, as
+    workflow starts do (group commit): here all ten, submitted at once."""
+    backend = await make_backend()
+    await backend.register_flows(
+        [FlowShape("pair", steps=(StepShape("a"), StepShape("b", ("a",))))]
+    )
+    news = [NewRun(new_run_id(), "pair", None, json.dumps(n)) for n in range(10)]
+    results = await asyncio.gather(*(backend.start_flow(n) for n in news))
+    assert [r.run.input for r in results] == list(range(10)) and all(r.created for r in results)
+    cur = await admin.execute(
+        "SELECT count(DISTINCT xmin::text) FROM events WHERE type = 'created' AND run_id = ANY(%s)",
+        ([n.id for n in news],),
+    )
+    assert await cur.fetchone() == (1,)
 
 
 async def test_sql_producers_work_from_another_search_path(

@@ -3,6 +3,7 @@ that apply and cancel_run run), the same on every backend."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -52,6 +53,32 @@ async def test_shapes_are_stored_once_per_version(backend: Backend) -> None:
     assert await backend.get_flow("diamond", 1) == SHAPE
     with pytest.raises(ValidationError, match="no flow"):
         await backend.start_flow(new_run("nope", version=None))
+
+
+async def test_concurrent_starts_each_get_their_own_answer(backend: Backend) -> None:
+    """Flow starts made at once (committed together where the backend batches them):
+    each is created once with its own input, two with one idempotency key make one
+    run, and a start of an unknown flow fails alone."""
+    await backend.register_flows([SHAPE])
+    news = [new_run("diamond", version=None, input={"n": n}) for n in range(8)]
+    news += [new_run("diamond", version=None, input={"k": 1}, idempotency_key="once") for _ in "ab"]
+    outcomes = await asyncio.gather(
+        *(backend.start_flow(n) for n in news),
+        backend.start_flow(new_run("nope", version=None)),
+        return_exceptions=True,
+    )
+    *started, unknown = outcomes
+    assert isinstance(unknown, ValidationError) and "no flow" in str(unknown)
+    assert all(not isinstance(r, BaseException) for r in started), started
+    results = [r for r in started if not isinstance(r, BaseException)]
+    assert [r.run.input for r in results[:8]] == [{"n": n} for n in range(8)]
+    assert all(r.created and r.run.status == "running" for r in results[:8])
+    keyed = results[8:]
+    assert keyed[0].run.id == keyed[1].run.id and sum(r.created for r in keyed) == 1
+    tasks = await claim(backend, workflows=PAIRS, limit=50)
+    assert sorted(t.run.parent_id or "" for t in tasks) == sorted(
+        {r.run.id for r in results}
+    )  # one first task per flow run
 
 
 async def test_tasks_flow_through_the_one_claim_path(backend: Backend) -> None:

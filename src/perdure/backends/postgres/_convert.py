@@ -306,6 +306,16 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
     return params
 
 
+def flow_start_params(new: NewRun) -> dict[str, Any]:
+    """The parameters of the ``start_flow_run`` query: `new_run_params` and the task
+    keys of the flow's limited steps whose key functions ran (`NewRun.step_keys`)."""
+    params = new_run_params(new)
+    params["step_keys"] = (
+        json.dumps({step: list(keys) for step, *keys in new.step_keys}) if new.step_keys else None
+    )
+    return params
+
+
 #: Counts limited claims: every eighth also looks for runs of limited workflows started
 #: without a lane (in SQL), rare enough not to be worth a scan on every claim.
 _LIMITED_CLAIMS = itertools.count()

@@ -5,7 +5,6 @@ inside the database (``flow_task_ended``, from ``child_ended``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -24,7 +23,7 @@ from ...records import (
 )
 from .._sqlfiles import load_queries
 from ._conn import QUERIES, PgConnections, pipelined_transaction
-from ._convert import claim_from_row, created_from_row, new_run_params
+from ._convert import claim_from_row, created_from_row, flow_start_params
 
 __all__ = [
     "claim_on_complete",
@@ -142,20 +141,11 @@ async def register_flows(db: PgConnections, shapes: list[FlowShape]) -> None:
                     )
 
 
-async def start_flow(
-    db: PgConnections, new: NewRun, claim: ClaimParams | None = None
-) -> CreateResult:
-    """Start a flow run through ``start_flow_run`` (with the task keys of its limited
-    steps whose key functions ran: `NewRun.step_keys`); with ``claim``, lease the tasks
-    it starts to that worker in the same transaction (``claim_started_tasks``)."""
-    params = new_run_params(new)
-    params["step_keys"] = (
-        json.dumps({step: list(keys) for step, *keys in new.step_keys}) if new.step_keys else None
-    )
-    if claim is None:
-        row = await db.one(QUERIES["start_flow_run"], params)
-        assert row is not None
-        return created_from_row(row)
+async def start_flow(db: PgConnections, new: NewRun, claim: ClaimParams) -> CreateResult:
+    """Start a flow run through ``start_flow_run`` and lease the tasks it starts to the
+    worker of ``claim`` in the same transaction (``claim_started_tasks``). A start
+    without a claim is a `Starts.start_flow`."""
+    params = flow_start_params(new)
     params.update(
         workflows=[w for w, _ in claim.workflows],
         versions=[v for _, v in claim.workflows],

@@ -175,6 +175,8 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         return await _flows.get_flow(self._db, name, version)
 
     async def start_flow(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
+        if claim is None:
+            return await self._starts.start_flow(new)
         return await _flows.start_flow(self._db, new, claim)
 
     async def create_run(self, new: NewRun, claim: ClaimParams | None = None) -> CreateResult:
