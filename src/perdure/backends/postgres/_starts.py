@@ -4,6 +4,7 @@ starting process, leased to it at once."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -60,8 +61,9 @@ class Starts:
 
     async def drain(self, timeout: float) -> None:
         """Wait for the starts in flight to get their answer."""
-        await self._batcher.drain(timeout=timeout)
-        await self._flows.drain(timeout=timeout)
+        await asyncio.gather(
+            self._batcher.drain(timeout=timeout), self._flows.drain(timeout=timeout)
+        )
 
     async def _create_batch(
         self, statement: Statement, batch: list[NewRun]
