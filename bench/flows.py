@@ -17,7 +17,8 @@ first; SQLite: a temporary file):
 
 It prints steps or tasks per second and the per-task cost against a workflow step's
 (the issue's target: within 1.5x), for F1 and for F2's map tasks (one step's many
-tasks: a task's own cost, with little of its step's and run's around it). Benchmarks are not tests: run it on a quiet machine.
+tasks: a task's own cost, with little of its step's and run's around it). Benchmarks
+are not tests: run it on a quiet machine.
 
 Counts, which a loaded machine does not blur, are printed beside the times: for each
 workload the worker's claim queries, commit batches (`Backend.apply` calls) and lease
