@@ -20,7 +20,7 @@ from perdure.records import (
     TransitionResult,
 )
 
-from .helpers import Notices, claim, claim_one, create, js, new_run, wait_until
+from .helpers import Notices, claim, claim_one, create, js, new_run, skip_clock, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,6 +149,28 @@ async def test_a_fenced_out_completion_hands_over_nothing(backend: Backend) -> N
     again = await _complete(backend, a, "A")  # the same token again: fenced
     assert not again.ok and again.claimed == ()
     assert len(await claim(backend, workflows=PAIRS, limit=10)) == 3
+
+
+async def test_the_retry_of_a_completion_whose_answer_was_lost_hands_over_its_tasks(
+    backend: Backend,
+) -> None:
+    """The same transition again after it committed (a retry after its answer was
+    lost) is fenced out, and hands over what the commit leased, as the commit did;
+    not to another worker, and not once their leases lapsed."""
+    _, a = await _first(backend)
+    first = await _complete(backend, a, "A", limit=2)
+    again = await _complete(backend, a, "A", limit=2)  # the retry
+    assert not again.ok
+    assert sorted((c.run.id, c.lease_token) for c in again.claimed) == sorted(
+        (c.run.id, c.lease_token) for c in first.claimed
+    )
+    assert len(again.claimed) == 2
+    for task in again.claimed:
+        assert task.run.status == "running" and not task.recovered and task.journal == ()
+        assert task.run.input == {"run": 7, "a": "A"}
+    assert (await _complete(backend, a, "A", worker="w3")).claimed == ()
+    await skip_clock(backend, 31)  # their 30 s leases lapse
+    assert (await _complete(backend, a, "A")).claimed == ()
 
 
 async def test_the_wake_notice_goes_out_only_for_tasks_left(backend: Backend) -> None:

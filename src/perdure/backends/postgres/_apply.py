@@ -58,6 +58,7 @@ async def _apply_once(
     # (about 80 µs of a lone commit's).
     alone = bool(together) + len(apart) == 1 and not claims
     params_of = {i: params for i, _, params in planned}
+    fenced: list[int] = []  # transitions fenced out
     async with db.connection() as conn:
         sent: list[tuple[list[int], bool, Any]] = []  # indexes, general, cursor
         handoffs: dict[int, Any] = {}  # claim on complete: index -> its cursor
@@ -93,7 +94,7 @@ async def _apply_once(
             written_by = _written_by(general, await cur.fetchall())
             for place, index in enumerate(indexes, start=1):
                 if place not in written_by:
-                    results[index] = TransitionResult(ok=False)
+                    fenced.append(index)
                     continue
                 written = written_by[place]
                 keys = params_of[index]["keys"]
@@ -103,6 +104,13 @@ async def _apply_once(
                     () if handed is None else _flows.claimed_on_complete(await handed.fetchall())
                 )
                 results[index] = TransitionResult(ok=True, claimed=claimed)
+        for index in fenced:
+            # A fenced-out claim on complete may be the retry of a commit whose answer
+            # was lost: what that commit handed over is handed over now.
+            handed = (
+                () if asks[index] is None else await _flows.handed_before(conn, transitions[index])
+            )
+            results[index] = TransitionResult(ok=False, claimed=handed)
         if missing:
             # Keys that already held a final row: the stored row wins. Final rows
             # never change, so reading them after the commit is exact.

@@ -30,6 +30,7 @@ __all__ = [
     "claimed_on_complete",
     "flow_steps",
     "get_flow",
+    "handed_before",
     "register_flows",
     "start_flow",
 ]
@@ -60,6 +61,16 @@ def claim_on_complete(t: Transition) -> tuple[str, str, dict[str, Any]] | None:
         "lease": float(claim.lease_seconds),
     }
     return Q["quiet_flow_wake"], Q["claim_on_complete"], params
+
+
+async def handed_before(conn: Any, t: Transition) -> tuple[Claim, ...]:
+    """For a claim on complete whose transition was fenced out: the tasks an earlier
+    attempt of it leased to the worker, if that attempt committed (a retry after its
+    answer was lost); none otherwise."""
+    assert t.claim is not None
+    params = {"run_id": t.run_id, "token": t.lease_token, "worker": t.claim.worker_id}
+    cur = await conn.execute(Q["handed_before"], params)
+    return claimed_on_complete(await cur.fetchall())
 
 
 def claimed_on_complete(rows: list[Any]) -> tuple[Claim, ...]:

@@ -14,7 +14,7 @@ from .._sqlfiles import load_queries
 from ._convert import micro, to_dt, to_run, to_step, to_wait
 from ._session import QUERIES, Session
 
-__all__ = ["claim_on_complete", "lease_new_tasks", "lease_picked", "pairs_json"]
+__all__ = ["claim_on_complete", "handed_before", "lease_new_tasks", "lease_picked", "pairs_json"]
 
 FLOWS = load_queries(__package__, "flows.sql")
 
@@ -71,31 +71,38 @@ def lease_picked(
         for wait in s.all(QUERIES["claim_waits"], {"ids": ids_json}):
             waits.setdefault(wait["run_id"], []).append(to_wait(wait))
     at = to_dt(now)
-    claims = []
-    for row in picked:
-        run_id = row["id"]
-        run = claimed[run_id]
-        record = to_run(run)
-        journal = tuple(journals.get(run_id, ()))
-        run_waits = tuple(waits.get(run_id, ()))
-        values = [record.input, *(v for st in journal for v in (st.output, st.error))]
-        values += [w.match for w in run_waits]
-        poison = next((v for v in values if isinstance(v, Undecodable)), None)
-        claims.append(
-            Claim(
-                run=record,
-                lease_token=run["lease_token"],
-                journal=() if poison else journal,
-                waits=() if poison else run_waits,
-                now=at,
-                claims_since_progress=run["claims_since_progress"],
-                step_attempts=run["step_attempts"],
-                recovered=row["status"] == "running",
-                poison=None if poison is None else str(poison),
-                traceparent=run["traceparent"],
-            )
+    return [
+        _claim(
+            claimed[row["id"]],
+            tuple(journals.get(row["id"], ())),
+            tuple(waits.get(row["id"], ())),
+            at,
+            recovered=row["status"] == "running",
         )
-    return claims
+        for row in picked
+    ]
+
+
+def _claim(
+    run: Any, journal: tuple[Step, ...], waits: tuple[Wait, ...], at: Any, *, recovered: bool
+) -> Claim:
+    """The `Claim` of a leased run's row (its columns and traceparent)."""
+    record = to_run(run)
+    values = [record.input, *(v for st in journal for v in (st.output, st.error))]
+    values += [w.match for w in waits]
+    poison = next((v for v in values if isinstance(v, Undecodable)), None)
+    return Claim(
+        run=record,
+        lease_token=run["lease_token"],
+        journal=() if poison else journal,
+        waits=() if poison else waits,
+        now=at,
+        claims_since_progress=run["claims_since_progress"],
+        step_attempts=run["step_attempts"],
+        recovered=recovered,
+        poison=None if poison is None else str(poison),
+        traceparent=run["traceparent"],
+    )
 
 
 def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...]:
@@ -109,6 +116,20 @@ def claim_on_complete(s: Session, t: Transition, now: float) -> tuple[Claim, ...
     if task is None or task["parent_id"] is None:
         return ()
     return lease_new_tasks(s, task["parent_id"], params, now)
+
+
+def handed_before(s: Session, t: Transition, now: float) -> tuple[Claim, ...]:
+    """For a claim on complete whose transition was fenced out: the tasks an earlier
+    attempt of it leased to the worker, if that attempt committed (a retry after its
+    answer was lost); none otherwise."""
+    if t.claim is None or not isinstance(t.outcome, Complete):
+        return ()
+    rows = s.all(
+        QUERIES["handed_before"],
+        {"id": t.run_id, "token": t.lease_token, "worker": t.claim.worker_id, "now": now},
+    )
+    at = to_dt(now)
+    return tuple(_claim(row, (), (), at, recovered=False) for row in rows)
 
 
 def lease_new_tasks(s: Session, flow_id: str, params: ClaimParams, now: float) -> tuple[Claim, ...]:

@@ -32,7 +32,7 @@ from ...records import (
     waiting_data,
 )
 from ...serialization import brief_error
-from ._claims import claim_on_complete, lease_picked, pairs_json
+from ._claims import claim_on_complete, handed_before, lease_picked, pairs_json
 from ._convert import INFINITY, micro, to_dt, to_ts, to_ts_opt
 from ._flows import child_ended
 from ._operations import retry_in
@@ -152,6 +152,8 @@ def apply(s: Session, transitions: Sequence[Transition]) -> list[TransitionResul
                 result = _apply_one(s, t, now)
                 if result.ok and t.claim is not None:
                     result = replace(result, claimed=claim_on_complete(s, t, now))
+                elif t.claim is not None:  # maybe the retry of a commit whose answer was lost
+                    result = replace(result, claimed=handed_before(s, t, now))
             except sqlite3.Error as exc:
                 s.notices = outer
                 if is_busy(exc):

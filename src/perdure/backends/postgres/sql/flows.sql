@@ -74,6 +74,27 @@ WITH ended AS (
 ),
 {{_lease_new_tasks}}
 
+-- name: handed_before
+-- Claim on complete after an ambiguous commit: the transition that completes task
+-- %(run_id)s under %(token)s was fenced out because an earlier attempt of it committed
+-- (its answer was lost). The tasks that commit leased to %(worker)s (their lease
+-- taken at the time the task completed, still live and still theirs) as claim rows,
+-- for the worker to start now instead of after their lease.
+SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
+       c.updated_at, c.parent_step,
+       c.lease_token, c.claims_since_progress, c.step_attempts,
+       false, perdure_now(),
+       NULL::json, NULL::json,  -- a task just started has no journal and no waits
+       c.traceparent
+FROM (SELECT * FROM runs WHERE id = %(run_id)s::text OFFSET 0) t
+JOIN runs c ON c.parent_id = t.parent_id
+WHERE t.lease_token = %(token)s::bigint AND t.kind = 'task' AND t.status = 'completed'
+  AND c.kind = 'task' AND c.status = 'running' AND c.lease_owner = %(worker)s::text
+  AND c.updated_at = t.completed_at AND c.lease_expires_at > perdure_now()
+ORDER BY c.priority, c.id
+
 -- name: quiet_start_wake
 -- A flow start handed to a worker of the starting process (before start_flow_run):
 -- flow run %(id)s sends no wake notice for the tasks it starts in this transaction;

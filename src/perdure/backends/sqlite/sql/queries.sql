@@ -364,6 +364,22 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING
     {{_run_columns}}, traceparent
 
+-- name: handed_before
+-- Claim on complete after an ambiguous commit: the transition completing task :id
+-- under :token was fenced out because an earlier attempt of it committed (its answer
+-- was lost). The tasks that commit leased to :worker (their lease taken at the time
+-- the task completed, still live and still theirs), for the worker to start now.
+SELECT
+    {{_run_columns}}, traceparent
+FROM runs
+WHERE parent_id = (SELECT t.parent_id FROM runs t
+                   WHERE t.id = :id AND t.lease_token = :token AND t.kind = 'task'
+                     AND t.status = 'completed')
+  AND kind = 'task' AND status = 'running' AND lease_owner = :worker
+  AND updated_at = (SELECT t.completed_at FROM runs t WHERE t.id = :id)
+  AND lease_expires_at > :now
+ORDER BY priority, id
+
 -- name: claim_journals
 -- The journals of the runs of a JSON id list, each in write order.
 SELECT run_id, key, kind, status, output, error, attempts, started_at, completed_at
