@@ -365,10 +365,7 @@ RETURNING
     {{_run_columns}}, traceparent
 
 -- name: handed_before
--- Claim on complete after an ambiguous commit: the transition completing task :id
--- under :token was fenced out because an earlier attempt of it committed (its answer
--- was lost). The tasks that commit leased to :worker (their lease taken at the time
--- the task completed, still live and still theirs), for the worker to start now.
+-- The tasks that a committed end of task :id (:token) leased to :worker, still its own.
 SELECT
     {{_run_columns}}, traceparent
 FROM runs
