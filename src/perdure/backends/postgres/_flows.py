@@ -9,6 +9,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from ...errors import ValidationError
 from ...flows.definition import FlowShape, StepShape
 from ...records import (
@@ -63,7 +65,7 @@ def claim_on_complete(t: Transition) -> tuple[str, str, dict[str, Any]] | None:
     return Q["quiet_flow_wake"], Q["claim_on_complete"], params
 
 
-async def handed_before(conn: Any, t: Transition) -> tuple[Claim, ...]:
+async def handed_before(conn: psycopg.AsyncConnection[Any], t: Transition) -> tuple[Claim, ...]:
     """For a claim on complete whose transition was fenced out: the tasks an earlier
     attempt of it leased to the worker, if that attempt committed (a retry after its
     answer was lost); none otherwise."""
