@@ -510,22 +510,13 @@ fence AS (
     RETURNING r.id, r.parent_id, r.parent_step, r.created_at, r.available_at, r.attempt
 ),
 written AS (
-    -- The statement of write_steps(), inline on purpose: calling the function from
-    -- here cost W1 about 8% at the README setup (bench/RESULTS.md, 2026-11-25).
-    INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
-                            started_at, completed_at, recorded_at)
-    SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
-           u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
+    -- The statement of write_steps(), its text shared, not called: calling the
+    -- function from here cost W1 about 8% at the README setup (bench/RESULTS.md,
+    -- 2026-11-25).
+    {{_journal_insert}}
     FROM fence f
     CROSS JOIN u
-    ORDER BY u.ord
-    ON CONFLICT (run_id, key) DO UPDATE SET
-        seq = excluded.seq, kind = excluded.kind, status = excluded.status,
-        output = excluded.output, error = excluded.error, attempts = excluded.attempts,
-        started_at = excluded.started_at, completed_at = excluded.completed_at,
-        recorded_at = excluded.recorded_at
-    WHERE s.status = 'retrying'
-    RETURNING s.key
+    {{_journal_upsert}}
 ),
 unwaited AS (
     DELETE FROM waits w
@@ -613,6 +604,27 @@ ROWS FROM (json_to_recordset(%(steps)s::json) AS (
     key text, kind text, status text, output text, error text, attempts integer,
     started_at timestamptz, completed_at timestamptz
 )) WITH ORDINALITY AS u(key, kind, status, output, error, attempts, started_at, completed_at, ord)
+
+-- name: _journal_insert
+-- (a part) The start of a journal write (write_steps() and apply_transition): rows of
+-- the run f.id from the journal rows u (as _steps_written gives them); NULL
+-- completed_at means now. _journal_upsert ends it, after the FROM.
+INSERT INTO steps AS s (run_id, key, kind, status, output, error, attempts,
+                        started_at, completed_at, recorded_at)
+SELECT f.id, u.key, u.kind, u.status, u.output::json, u.error::jsonb, u.attempts,
+       u.started_at, coalesce(u.completed_at, perdure_now()), perdure_now()
+
+-- name: _journal_upsert
+-- (a part) The end of a journal write, in the rows' order: a 'retrying' row is
+-- replaced, a final (completed or failed) one wins; returns the keys written.
+ORDER BY u.ord
+ON CONFLICT (run_id, key) DO UPDATE SET
+    seq = excluded.seq, kind = excluded.kind, status = excluded.status,
+    output = excluded.output, error = excluded.error, attempts = excluded.attempts,
+    started_at = excluded.started_at, completed_at = excluded.completed_at,
+    recorded_at = excluded.recorded_at
+WHERE s.status = 'retrying'
+RETURNING s.key
 
 -- name: _events_logged
 -- (a part) The events of a transition, from its %(events)s JSON (a list of objects;
