@@ -262,6 +262,9 @@ class CodecBackend(Backend):
     async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
         return await self.inner.release_orphans(worker_id, held)
 
+    async def handed_at_start(self, run_id: str, worker_id: str) -> tuple[Claim, ...]:
+        return tuple(self._claim(c) for c in await self.inner.handed_at_start(run_id, worker_id))
+
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
         sealed = [self._transition(t) for t in transitions]
         results = await self.inner.apply(sealed)

@@ -450,7 +450,9 @@ class App(Recovery, Steering, ScheduleClient):
             new = flow_control(new, limits, debounce_key, debounce, options)
         backend = await self._backend()
         # Handed to a worker of this app in this process when one has a free slot.
-        result = await self._local_starts.create(backend, new, flow is not None)
+        result = await self._local_starts.create(
+            backend, new, flow is not None, fresh=run_id is None
+        )
         warning = None
         if not registered and result.run.version is None:
             warning = (

@@ -20,6 +20,7 @@ from .helpers import (
     event_types,
     listen_live,
     new_run,
+    skip_clock,
     transition,
     wait_until,
 )
@@ -162,3 +163,50 @@ async def test_a_start_under_flow_control_is_never_leased(backend: Backend) -> N
     debounced = await backend.create_run(new_run(debounce_key="d", debounce=60.0), _for())
     assert debounced.created and debounced.claimed == ()
     assert debounced.run.status == "pending"
+
+
+# ------------------------------------------------ a start whose answer was lost
+
+
+async def test_what_a_start_leased_is_handed_over_again_until_it_is_touched(
+    backend: Backend,
+) -> None:
+    """`handed_at_start`: after a start whose answer was lost, the worker gets what it
+    leased, with the same token, as long as nobody touched it since."""
+    started = await backend.create_run(new_run(), _for())
+    (leased,) = started.claimed
+    (again,) = await backend.handed_at_start(leased.run.id, "w-local")
+    assert (again.run.id, again.lease_token, again.recovered) == (
+        leased.run.id,
+        leased.lease_token,
+        False,
+    )
+    assert (again.journal, again.waits, again.claims_since_progress) == ((), (), 1)
+    assert await backend.handed_at_start(leased.run.id, "w-other") == ()
+    plain = await create(backend)  # not leased by its start
+    assert await backend.handed_at_start(plain.id, "w-local") == ()
+    assert await backend.handed_at_start("no-such-run", "w-local") == ()
+    await skip_clock(backend, 1)
+    assert (await transition(backend, leased, step_attempts=1)).ok  # the worker wrote
+    assert await backend.handed_at_start(leased.run.id, "w-local") == ()
+
+
+async def test_a_flow_starts_leased_tasks_are_handed_over_again_while_untouched(
+    backend: Backend,
+) -> None:
+    await backend.register_flows([FAN])
+    params = ClaimParams("w-local", FAN_PAIRS, 2, 30.0)
+    started = await backend.start_flow(new_run("fanout", version=None), params)
+    first, second = started.claimed
+    again = await backend.handed_at_start(started.run.id, "w-local")
+    assert [(c.run.id, c.lease_token) for c in again] == [
+        (c.run.id, c.lease_token) for c in started.claimed
+    ]
+    assert all(c.run.parent_id == started.run.id and not c.recovered for c in again)
+    assert await backend.handed_at_start(first.run.id, "w-local") == ()  # a task's own id
+    await skip_clock(backend, 1)
+    assert (await transition(backend, first, outcome=Complete(output_json="1"))).ok
+    (left,) = await backend.handed_at_start(started.run.id, "w-local")
+    assert left.run.id == second.run.id
+    await skip_clock(backend, 30)  # its lease lapsed: claimable by anyone, not handed
+    assert await backend.handed_at_start(started.run.id, "w-local") == ()

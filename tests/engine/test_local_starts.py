@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from perdure import App, Context, TaskContext, WorkflowFailed
+from perdure.backends.base import Backend
+from perdure.backends.postgres import PostgresBackend
+from perdure.backends.sqlite import SQLiteBackend
+from perdure.errors import BackendError
+from perdure.records import ClaimParams, CreateResult, NewRun
 
 from .helpers import wait_for
 
@@ -253,3 +258,128 @@ def test_a_background_worker_runs_on_the_apps_own_loop(app: App) -> None:
             app.run(blocking, 1, timeout=60)
     assert info.value.error is not None
     assert "use its *_async twin" in info.value.error["message"]
+
+
+# ------------------------------------------------ a start whose answer was lost
+
+
+def _lose_an_answer(
+    monkeypatch: pytest.MonkeyPatch, *, committed: bool = True, handed: bool = True
+) -> list[str]:
+    """The first start handed to a worker (``handed``; else any) from now on fails with
+    a lost connection, after its commit (``committed``, RELIABILITY's "execute then
+    raise") or before it. Returns the ids of the starts it failed (one, once it
+    happened)."""
+    lost: list[str] = []
+    for backend_type in (PostgresBackend, SQLiteBackend):
+        for name in ("create_run", "start_flow"):
+            real = getattr(backend_type, name)
+
+            async def start(
+                self: Backend,
+                new: NewRun,
+                claim: ClaimParams | None = None,
+                _real: Any = real,
+            ) -> CreateResult:
+                if (handed and claim is None) or lost:
+                    return cast(CreateResult, await _real(self, new, claim))
+                lost.append(new.id)
+                if committed:
+                    await _real(self, new, claim)
+                raise BackendError("the connection was lost")
+
+            monkeypatch.setattr(backend_type, name, start)
+    return lost
+
+
+def _until_one_is_lost(lost: list[str], start: Callable[[int], Any]) -> list[Any]:
+    """Start runs until a hand-over lost its answer (a start may find no free slot
+    while the worker's claim loop holds them)."""
+    started = []
+    for n in range(1, 50):
+        started.append(start(n))
+        if lost:
+            return started
+    raise AssertionError("no start was handed to the worker")
+
+
+def test_a_handed_start_whose_answer_was_lost_is_read_back_and_runs_at_once(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY B2 for a start handed to this process's worker: it committed, its
+    answer was lost. The start reads its run back and returns it, and the worker gets
+    the run it leased: it runs at once, not after its lease (300 s here)."""
+    quick = _quick(app)
+    with app.worker(concurrency=2, lease="300s", poll_interval="60s"):
+        app.run(quick, 0, timeout=30)  # its claim loop's first claim may race a start
+        lost = _lose_an_answer(monkeypatch)
+        handles = _until_one_is_lost(lost, lambda n: app.start(quick, n))
+        assert [handles[-1].id] == lost and handles[-1].created
+        assert handles[-1].result(timeout=30) == 2 * len(handles)
+    events = [e.type for e in app.get_events(lost[0])]
+    assert events == ["created", "claimed", "step_completed", "completed"]
+
+
+def test_a_handed_flow_start_whose_answer_was_lost_hands_its_first_tasks_over(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above for a DAG flow: its first task runs at once, and its one attempt is not
+    spent on a lapsed lease."""
+    flow = app.flow("lost_start", max_attempts=1, timeout=300)
+
+    @flow.step
+    def a(ctx: TaskContext, input: Any) -> int:
+        return int(input["run"]) + 1
+
+    @flow.step(depends_on=[a])
+    def b(ctx: TaskContext, input: Any) -> int:
+        return int(input["a"]) * 10
+
+    with app.worker(concurrency=2, lease="300s", poll_interval="60s"):
+        app.run(flow, 0, timeout=30)
+        lost = _lose_an_answer(monkeypatch)
+        handles = _until_one_is_lost(lost, lambda n: app.start(flow, n))
+        assert [handles[-1].id] == lost and handles[-1].created
+        assert handles[-1].result(timeout=30) == {"b": (len(handles) + 1) * 10}
+    events = [e.type for e in app.get_events(f"{lost[0]}:a:0")]
+    assert events.count("claimed") == 1 and "lease_expired" not in events
+    assert [(s.status, s.attempts) for s in app.get_steps(lost[0])] == [("completed", 1)] * 2
+
+
+def test_a_start_whose_answer_was_lost_is_read_back_without_a_worker(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quick = _quick(app)
+    lost = _lose_an_answer(monkeypatch, handed=False)
+    handle = app.start(quick, 4)
+    assert [handle.id] == lost and handle.created
+    assert app.get_run(handle.id).status == "pending"
+    with app.worker():
+        assert handle.result(timeout=30) == 8
+
+
+def test_a_start_lost_before_its_commit_raises_and_stores_nothing(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quick = _quick(app)
+    with app.worker(concurrency=2, poll_interval="60s"):
+        app.run(quick, 0, timeout=30)
+        lost = _lose_an_answer(monkeypatch, committed=False)
+        with pytest.raises(BackendError, match="connection was lost"):
+            _until_one_is_lost(lost, lambda n: app.start(quick, n))
+        assert lost and lost[0] not in {r.id for r in app.list_runs(limit=100).items}
+
+
+def test_a_start_with_its_own_run_id_is_not_read_back(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller's run id may be another start's too: a lost answer is not read back
+    (the start raises; it may have committed, as the caller's retry with the id finds)."""
+    quick = _quick(app)
+    with app.worker(concurrency=2, poll_interval="60s"):
+        app.run(quick, 0, timeout=30)
+        lost = _lose_an_answer(monkeypatch)
+        with pytest.raises(BackendError, match="connection was lost"):
+            _until_one_is_lost(lost, lambda n: app.start(quick, n, run_id=f"mine-{n}"))
+        again = app.start(quick, 0, run_id=lost[0])
+        assert not again.created and again.id == lost[0]

@@ -369,6 +369,13 @@ class Backend(abc.ABC):
         ``lease_expired``. Returns how many runs were released."""
 
     @abc.abstractmethod
+    async def handed_at_start(self, run_id: str, worker_id: str) -> tuple[Claim, ...]:
+        """For a start whose answer was lost (`create_run` or `start_flow` with a
+        claim, run ``run_id`` new): what it leased to ``worker_id`` if it committed,
+        still under that lease and untouched since its creation (the run, or a flow
+        run's first tasks), as claims for the worker to start now."""
+
+    @abc.abstractmethod
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
         """Apply transitions of claimed runs in one database transaction.
 

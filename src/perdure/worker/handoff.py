@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
 
 from ..backends.base import Backend
+from ..errors import BackendError
 from ..records import Claim, ClaimParams, CreateResult, NewRun
 
 __all__ = ["HandOffs", "LocalStarts"]
+
+log = logging.getLogger("perdure")
 
 
 class HandOffs:
@@ -178,10 +182,14 @@ class LocalStarts:
             if handoffs in self._workers:
                 self._workers.remove(handoffs)
 
-    async def create(self, backend: Backend, new: NewRun, flow: bool = False) -> CreateResult:
+    async def create(
+        self, backend: Backend, new: NewRun, flow: bool = False, fresh: bool = False
+    ) -> CreateResult:
         """``backend.create_run(new)`` (``flow``: ``start_flow``), leased to a worker of
         this app in this process that serves it and has a free slot, if any (and the
-        start has no delay and no flow-control keys), and handed to it."""
+        start has no delay and no flow-control keys), and handed to it. ``fresh``:
+        ``new.id`` was made for this start, so a start whose answer was lost is read
+        back (`_read_back`)."""
         taken = None
         if new.version is not None and _immediate(new):
             with self._lock:
@@ -191,17 +199,40 @@ class LocalStarts:
                 if params is not None:
                     taken = handoffs, params
                     break
+        params = None if taken is None else taken[1]
         start = backend.start_flow if flow else backend.create_run
-        if taken is None:
-            return await start(new)
-        handoffs, params = taken
         claimed: tuple[Claim, ...] = ()
         try:
-            result = await start(new, params)
+            try:
+                result = await start(new, params)
+            except BackendError:
+                lost = await _read_back(backend, new.id, params) if fresh else None
+                if lost is None:
+                    raise
+                result = lost
             claimed = result.claimed
             return result
         finally:
-            handoffs.hand_start(params, claimed)
+            if taken is not None:
+                taken[0].hand_start(taken[1], claimed)
+
+
+async def _read_back(
+    backend: Backend, run_id: str, params: ClaimParams | None
+) -> CreateResult | None:
+    """A start of the new run ``run_id`` failed, perhaps only its answer (the connection
+    broke as it committed): the run if the start committed after all, with what it
+    leased to the worker ``params`` names; None if it did not, or the database does not
+    answer (the caller gets the start's error then)."""
+    try:
+        run = await backend.get_run(run_id)
+        if run is None:
+            return None
+        claimed = () if params is None else await backend.handed_at_start(run_id, params.worker_id)
+    except BackendError:
+        return None
+    log.warning("the answer to the start of run %s was lost; it had committed", run_id)
+    return CreateResult(run, True, claimed=claimed)
 
 
 def _immediate(new: NewRun) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "claimed_on_complete",
     "flow_steps",
     "get_flow",
+    "handed_at_start",
     "handed_before",
     "register_flows",
     "start_flow",
@@ -73,6 +74,12 @@ async def handed_before(conn: psycopg.AsyncConnection[Any], t: Transition) -> tu
     params = {"run_id": t.run_id, "token": t.lease_token, "worker": t.claim.worker_id}
     cur = await conn.execute(Q["handed_before"], params)
     return claimed_on_complete(await cur.fetchall())
+
+
+async def handed_at_start(db: PgConnections, run_id: str, worker_id: str) -> tuple[Claim, ...]:
+    """See `Backend.handed_at_start`."""
+    rows = await db.all(Q["handed_at_start"], {"run_id": run_id, "worker": worker_id})
+    return claimed_on_complete(rows)
 
 
 def claimed_on_complete(rows: list[Any]) -> tuple[Claim, ...]:

@@ -362,6 +362,9 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         )
         return len(rows)
 
+    async def handed_at_start(self, run_id: str, worker_id: str) -> tuple[Claim, ...]:
+        return await _flows.handed_at_start(self._db, run_id, worker_id)
+
     async def apply(self, transitions: Sequence[Transition]) -> list[TransitionResult]:
         return await apply_transitions(self._db, transitions)
 

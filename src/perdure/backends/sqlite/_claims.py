@@ -14,7 +14,14 @@ from .._sqlfiles import load_queries
 from ._convert import micro, to_dt, to_run, to_step, to_wait
 from ._session import QUERIES, Session
 
-__all__ = ["claim_on_complete", "handed_before", "lease_new_tasks", "lease_picked", "pairs_json"]
+__all__ = [
+    "claim_on_complete",
+    "handed_at_start",
+    "handed_before",
+    "lease_new_tasks",
+    "lease_picked",
+    "pairs_json",
+]
 
 FLOWS = load_queries(__package__, "flows.sql")
 
@@ -128,6 +135,14 @@ def handed_before(s: Session, t: Transition, now: float) -> tuple[Claim, ...]:
         QUERIES["handed_before"],
         {"id": t.run_id, "token": t.lease_token, "worker": t.claim.worker_id, "now": now},
     )
+    at = to_dt(now)
+    return tuple(_claim(row, (), (), at, recovered=False) for row in rows)
+
+
+def handed_at_start(s: Session, run_id: str, worker_id: str) -> tuple[Claim, ...]:
+    """See `Backend.handed_at_start`."""
+    now = s.clock()
+    rows = s.all(QUERIES["handed_at_start"], {"id": run_id, "worker": worker_id, "now": now})
     at = to_dt(now)
     return tuple(_claim(row, (), (), at, recovered=False) for row in rows)
 

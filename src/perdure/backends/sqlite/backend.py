@@ -55,7 +55,17 @@ from ...validation import check_int
 from .._clock import check_offset
 from .._sqlfiles import pending_migrations
 from ..base import Backend, NoticeCallback, TransactionWork, Unsubscribe
-from . import _flows, _operations, _producers, _reads, _registry, _schedules, _transact, _workers
+from . import (
+    _claims,
+    _flows,
+    _operations,
+    _producers,
+    _reads,
+    _registry,
+    _schedules,
+    _transact,
+    _workers,
+)
 from ._convert import to_dt
 from ._hub import hub_for
 from ._json import json_contains
@@ -379,6 +389,9 @@ class SQLiteBackend(Backend):
 
     async def release_orphans(self, worker_id: str, held: Sequence[str]) -> int:
         return await self._call(_workers.release_orphans, worker_id, list(held))
+
+    async def handed_at_start(self, run_id: str, worker_id: str) -> tuple[Claim, ...]:
+        return await self._call(_claims.handed_at_start, run_id, worker_id)
 
     async def extend_leases(
         self, worker_id: str, held: Sequence[tuple[str, int]], lease_seconds: float

@@ -80,20 +80,37 @@ WITH ended AS (
 -- (its answer was lost). The tasks that commit leased to %(worker)s (their lease
 -- taken at the time the task completed, still live and still theirs) as claim rows,
 -- for the worker to start now instead of after their lease.
-SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
-       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
-       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
-       c.updated_at, c.parent_step,
-       c.lease_token, c.claims_since_progress, c.step_attempts,
-       false, perdure_now(),
-       NULL::json, NULL::json,  -- a task just started has no journal and no waits
-       c.traceparent
+{{_handed_rows}}
 FROM (SELECT * FROM runs WHERE id = %(run_id)s::text OFFSET 0) t
 JOIN runs c ON c.parent_id = t.parent_id
 WHERE t.lease_token = %(token)s::bigint AND t.kind = 'task' AND t.status = 'completed'
   AND c.kind = 'task' AND c.status = 'running' AND c.lease_owner = %(worker)s::text
   AND c.updated_at = t.completed_at AND c.lease_expires_at > perdure_now()
 ORDER BY c.priority, c.id
+
+-- name: handed_at_start
+-- A start handed to a worker of the starting process whose answer was lost (run
+-- %(run_id)s, new): what it leased to %(worker)s if it committed, as claim rows: the
+-- run itself, or a flow run's first tasks, leased at the run's creation, untouched
+-- since and still under that lease.
+{{_handed_rows}}
+FROM (SELECT * FROM runs WHERE id = %(run_id)s::text OFFSET 0) f
+JOIN runs c ON (c.id = f.id AND c.kind = 'workflow') OR (c.parent_id = f.id AND c.kind = 'task')
+WHERE c.status = 'running' AND c.lease_owner = %(worker)s::text
+  AND c.updated_at = f.created_at AND c.lease_expires_at > perdure_now()
+ORDER BY c.priority, c.id
+
+-- name: _handed_rows
+-- (a part) The claim rows of the runs c handed over again after a lost answer: just
+-- started, so no journal and no waits.
+SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,
+       c.priority, c.parent_id, c.created_at, c.started_at, c.completed_at,
+       NULL::timestamptz, c.deadline_at, c.idempotency_key, c.wake_reason, c.retention_days,
+       c.updated_at, c.parent_step,
+       c.lease_token, c.claims_since_progress, c.step_attempts,
+       false, perdure_now(),
+       NULL::json, NULL::json,
+       c.traceparent
 
 -- name: quiet_start_wake
 -- A flow start handed to a worker of the starting process (before start_flow_run):

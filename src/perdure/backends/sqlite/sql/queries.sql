@@ -377,6 +377,17 @@ WHERE parent_id = (SELECT t.parent_id FROM runs t
   AND lease_expires_at > :now
 ORDER BY priority, id
 
+-- name: handed_at_start
+-- What a committed start of the new run :id leased to :worker at its creation, still its own: the run or its first tasks.
+SELECT
+    {{_run_columns}}, traceparent
+FROM runs
+WHERE ((id = :id AND kind = 'workflow') OR (parent_id = :id AND kind = 'task'))
+  AND status = 'running' AND lease_owner = :worker
+  AND updated_at = (SELECT f.created_at FROM runs f WHERE f.id = :id)
+  AND lease_expires_at > :now
+ORDER BY priority, id
+
 -- name: claim_journals
 -- The journals of the runs of a JSON id list, each in write order.
 SELECT run_id, key, kind, status, output, error, attempts, started_at, completed_at
