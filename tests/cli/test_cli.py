@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure import App, Context, RetryPolicy
+from perdure import App, Context, RetryPolicy, TaskContext, WorkflowFailed
 from tests.engine.helpers import wait_for
 
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
@@ -293,6 +294,56 @@ def test_read_commands_tell_the_story_of_a_run(database, env, tmp_path) -> None:
         markup = cli("start", "bad[/]name", check=False)
         assert markup.returncode == 1 and "'bad[/]name'" in markup.stderr
         assert len(markup.stderr.strip().splitlines()) == 1
+    finally:
+        app.close()
+
+
+def test_runs_show_gives_a_flow_run_by_step(database, env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A flow run's children are its tasks: shown by step (tasks done out of all, the
+    attempts, a few of the tasks' last errors), not as a line per task."""
+    app = App(database.url, schema=database.schema)
+    flow = app.flow("odd_ones", max_attempts=2, base_delay=0)
+
+    @flow.step
+    def items(ctx: TaskContext, input: object) -> list[int]:
+        return list(range(10))
+
+    entered: set[int] = set()
+    all_in = asyncio.Event()
+
+    @flow.map(over=items)
+    async def each(ctx: TaskContext, n: int) -> int:
+        if n % 2 and ctx.attempt == 1:  # the five fail their first attempt together,
+            entered.add(n)  # so each has an error before any fails for good
+            if len(entered) == 5:
+                all_in.set()
+            await asyncio.wait_for(all_in.wait(), 30)
+        if n % 2:
+            raise ValueError(f"odd {n}")
+        return n
+
+    try:
+        with app.worker():
+            handle = app.start(flow, None)
+            with pytest.raises(WorkflowFailed):
+                handle.result(timeout=30)
+        shown = subprocess.run(
+            [*PERDURE, "runs", "show", handle.id],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        text = shown.stdout
+        assert "child:" not in text and "tasks:  11 in 2 steps" in text
+        assert "StepFailed: step 'each' failed: ValueError: odd" in text
+        rows = {line.split("│")[3].strip(): line for line in text.splitlines() if "│ +" in line}
+        assert "1/1" in rows["items"] and "completed" in rows["items"]
+        assert "failed" in rows["each"] and "/10" in rows["each"]
+        erred = [line for line in text.splitlines() if "its last error: ValueError: odd" in line]
+        assert len(erred) == 3 and "and 2 more tasks" in text  # five erred
     finally:
         app.close()
 

@@ -132,6 +132,10 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             }
         )
         return
+    if steps and all(s.kind == "flow-task" for s in steps):  # a DAG flow's run
+        _print_header(run, events, [])  # its children are its tasks, shown by step
+        _print_flow_steps(run, steps)
+        return
     _print_header(run, events, children)
     _print_timeline(run, steps, events)
 
@@ -199,4 +203,37 @@ def _print_timeline(run: Run, steps: list[Step], events: list[Event]) -> None:
         )
         for line in failures.get(step.name, []):
             grid.add_row("", "", f"  {line}", "", "", "")
+    console.print(grid)
+
+
+_TASK_ERRORS_SHOWN = 3  # per step: a map of a thousand failing tasks stays readable
+
+
+def _print_flow_steps(run: Run, steps: list[Step]) -> None:
+    """A flow run's steps in definition order: their tasks done out of all, the
+    attempts they made, and the last error of each task that has one."""
+    tasks = sum(len(step.tasks) for step in steps)
+    console.print(f"tasks:  {tasks} in {len(steps)} steps")
+    grid = table("at", "took", "step", "status", "tasks", "attempts")
+    for step in steps:
+        at = "-" if step.started_at is None else f"+{_took(run.created_at, step.started_at)}"
+        done = sum(t.status == "completed" for t in step.tasks)
+        grid.add_row(
+            at,
+            _took(step.started_at, step.completed_at),
+            step.name,
+            step.status,
+            f"{done}/{len(step.tasks)}",
+            str(step.attempts),
+        )
+        erred = [t for t in step.tasks if t.error]
+        for task in erred[:_TASK_ERRORS_SHOWN]:
+            error = task.error or {}
+            line = (
+                f"  task {task.index} {task.status}, its last error: "
+                f"{error.get('type')}: {error.get('message')}"
+            )
+            grid.add_row("", "", line, "", "", "")
+        if len(erred) > _TASK_ERRORS_SHOWN:
+            grid.add_row("", "", f"  and {len(erred) - _TASK_ERRORS_SHOWN} more tasks", "", "", "")
     console.print(grid)
