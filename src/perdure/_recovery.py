@@ -32,11 +32,19 @@ def _caller() -> str:
     return f"{user}@{socket.gethostname()} (pid {os.getpid()})"
 
 
-async def _not_a_flow_run(backend: Backend, run_id: str, what: str) -> None:
-    """DAG-flow runs are not retried or forked (yet): start a new run instead."""
+async def _not_a_task(backend: Backend, run_id: str, what: str) -> None:
+    """A DAG flow's task is retried with its flow run, never on its own."""
     run = await backend.get_run(run_id)
     if run is not None and ":" in run.workflow:  # a task: its flow run decides its fate
-        raise ValidationError(f"run {run_id} is a task of a DAG flow: it cannot be {what}")
+        raise ValidationError(
+            f"run {run_id} is a task of a DAG flow: it cannot be {what} on its own; "
+            f"its flow run is {run.parent_id}"
+        )
+
+
+async def _not_a_flow_run(backend: Backend, run_id: str, what: str) -> None:
+    """DAG-flow runs are not forked (yet): start a new run instead."""
+    await _not_a_task(backend, run_id, what)
     steps = await backend.get_steps(run_id)
     if steps and all(s.kind == "flow-task" for s in steps):
         raise ValidationError(
@@ -59,15 +67,22 @@ class Recovery(Reads):
         it (``by``, default the user, host and process) and from where. A child that
         completed is not run again; a failed or cancelled child is retried with it.
 
+        A DAG flow's run is running again at once: its completed steps keep their
+        outputs, and the others run again, with ``from_step`` and every step that
+        depends on it. A step whose input is unchanged runs its unfinished tasks again
+        under their ids (a map keeps its completed elements); the others get new tasks
+        when their dependencies complete (docs/operations.md).
+
         Raises:
             RunStateError: the run is still live (pending, running or waiting).
-            ValidationError: ``from_step`` is not in the run's journal.
+            ValidationError: ``from_step`` is not in the run's journal (a flow: not one
+                of its steps), or the run is a flow's task.
             RunNotFound: no such run.
         """
         step = None if from_step is None else check_key(from_step, "from_step")
         who = _caller() if by is None else check_key(by, "by")
         backend = await self._backend()
-        await _not_a_flow_run(backend, lookup_id(run_id), "retried")
+        await _not_a_task(backend, lookup_id(run_id), "retried")
         run = await backend.retry_run(lookup_id(run_id), step, who)
         return RunHandle(cast(RunClient, self), run.id, run.workflow, created=False)
 

@@ -316,21 +316,37 @@ def test_a_changed_shape_needs_a_new_version(database) -> None:  # type: ignore[
     third.close()
 
 
-def test_a_flow_run_is_not_retried_or_forked(app: App) -> None:
-    flow = app.flow("no_retry", max_attempts=1)
+def test_a_failed_flow_run_is_retried_after_the_fix_but_not_forked(app: App) -> None:
+    """The operator's path: a step fails on a bug, the fix is deployed, ``retry``
+    resumes the run under its id; the step that completed does not run again."""
+    flow = app.flow("fixed_later", max_attempts=1)
+    calls: list[str] = []
+    fixed = threading.Event()
 
     @flow.step
-    async def boom(ctx: TaskContext, input: Any) -> None:
-        raise RuntimeError("boom")
+    async def fetch(ctx: TaskContext, input: Any) -> int:
+        calls.append("fetch")
+        return 20
+
+    @flow.step(depends_on=[fetch])
+    async def use(ctx: TaskContext, input: Any) -> int:
+        calls.append("use")
+        if not fixed.is_set():
+            raise RuntimeError("bug")
+        return int(input["fetch"]) + 1
 
     with app.worker():
         handle = app.start(flow)
         with pytest.raises(WorkflowFailed):
             handle.result(timeout=30)
-    with pytest.raises(ValidationError, match="DAG-flow run"):
-        app.retry(handle.id)
+        fixed.set()  # the fix is deployed
+        again = app.retry(handle.id, by="ops")
+        assert again.id == handle.id
+        assert again.result(timeout=30) == {"use": 21}
+    assert calls == ["fetch", "use", "use"]
+    assert app.get_run(handle.id).attempt == 2
     with pytest.raises(ValidationError, match="DAG-flow run"):
         app.fork(handle.id)
-    (step,) = app.get_steps(handle.id)
+    step = app.get_steps(handle.id)[1]
     with pytest.raises(ValidationError, match="a task of a DAG flow"):
         app.retry(step.tasks[0].run_id)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from perdure.errors import ValidationError
 from perdure.flows.definition import FlowShape, StepShape, check_shape, make_shape, make_step
-from perdure.flows.planner import advance, retry_delay, simulate
+from perdure.flows.planner import advance, rerun, retry_delay, simulate
 
 from .strategies import shapes
 
@@ -169,3 +169,25 @@ def test_topological_order_is_required_when_steps_are_added_one_by_one() -> None
         make_step("a", timeout=0)
     mapped = make_step("m", map_over="a")
     assert mapped.depends_on == ("a",)  # a map over a step depends on it
+
+
+def test_a_retry_reruns_what_did_not_complete_and_what_follows_from_step() -> None:
+    shape = FlowShape(
+        "r",
+        steps=(
+            StepShape("a"),
+            StepShape("m", ("a",), "a"),
+            StepShape("b", ("a",)),
+            StepShape("c", ("m", "b")),
+            StepShape("side"),
+        ),
+    )
+    done = {"a": "completed", "m": "started", "b": "failed", "c": "created", "side": "completed"}
+    plan = rerun(shape, done, {"a", "m", "b", "side"}, None)
+    assert plan.steps == ("m", "b", "c")
+    assert plan.in_place == {"m", "b"} and plan.forced == set()  # c has no tasks yet
+    forced = rerun(shape, done, {"a", "m", "b", "side"}, "a")
+    assert forced.steps == ("a", "m", "b", "c") and forced.forced == {"a", "m", "b", "c"}
+    assert forced.in_place == {"a"}  # the others' inputs change: new tasks
+    with pytest.raises(ValidationError, match="no step 'nope'"):
+        rerun(shape, done, (), "nope")

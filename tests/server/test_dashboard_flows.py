@@ -51,6 +51,18 @@ def test_a_flow_and_its_run_are_drawn_as_a_dag(sqlite_database, tmp_path: Path) 
             _shot(page, "flow-run")
             page.click("#flow-shape")
             page.wait_for_url("**/flows/report?version=1")
+            # A failed flow run is retried from its page once the fix is deployed.
+            failed = http.post("/v1/workflows/report/runs", {"input": "bug"}).body["runId"]
+            failed_path = f"/v1/workflows/report/runs/{failed}"
+            wait_for(lambda: http.get(failed_path).body["status"] == "failed", 20)
+            page.goto(http.base + f"/runs/{failed}")
+            assert page.locator("#fork").count() == 0  # flow runs are not forked
+            assert "did not complete" in page.locator("#from-step").inner_text()
+            (tmp_path / "fixed").touch()
+            page.click("#retry")
+            wait_for(lambda: http.get(failed_path).body["status"] == "completed", 20)
+            page.goto(http.base + f"/runs/{failed}")
+            assert page.locator(".dag g.node.st-completed").count() == 3
             page.goto(http.base + "/flows/nope")
             assert "no flow 'nope'" in page.inner_text("main")
             assert errors == [] or all("404" in e for e in errors)

@@ -24,8 +24,10 @@ __all__ = [
     "Advance",
     "NewTask",
     "Outcome",
+    "Rerun",
     "advance",
     "map_error",
+    "rerun",
     "retry_delay",
     "simulate",
     "step_input",
@@ -149,6 +151,54 @@ def retry_delay(base_delay: float, attempt: int) -> float:
     """Seconds before the next attempt after attempt ``attempt`` (from 1) failed:
     ``base_delay * 2**attempt``, capped at a day."""
     return float(min(86400.0, base_delay * 2 ** min(attempt, 30)))
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """What a retry of an ended flow run runs again (`rerun`)."""
+
+    #: the steps that run again, in definition order
+    steps: tuple[str, ...]
+    #: those of them whose input is kept (none of their dependencies runs again) and
+    #: that have tasks: their tasks run again in place, with their ids (every task of a
+    #: forced step, only the unfinished ones of the others). The other steps wait for
+    #: their dependencies and get new tasks, as at the start.
+    in_place: frozenset[str]
+    #: the steps run again although they completed: ``from_step`` and what depends on
+    #: it, directly or not
+    forced: frozenset[str]
+
+
+def rerun(
+    shape: FlowShape,
+    statuses: Mapping[str, str],
+    with_tasks: Collection[str],
+    from_step: str | None,
+) -> Rerun:
+    """What a retry of an ended flow run runs again: every step that did not complete
+    (``statuses``: each step's status), and ``from_step`` with every step that depends
+    on it, directly or not (`ValidationError` if the flow has no such step).
+    ``with_tasks``: the steps that have tasks."""
+    forced: set[str] = set()
+    if from_step is not None:
+        forced.add(shape.step(from_step).name)
+        for step in shape.steps:  # topological order: a dependency comes first
+            if forced.intersection(step.depends_on):
+                forced.add(step.name)
+    steps = tuple(
+        step.name
+        for step in shape.steps
+        if step.name in forced or statuses.get(step.name) != "completed"
+    )
+    chosen = set(steps)
+    in_place = frozenset(
+        step.name
+        for step in shape.steps
+        if step.name in chosen
+        and step.name in with_tasks
+        and not chosen.intersection(step.depends_on)
+    )
+    return Rerun(steps, in_place, frozenset(forced))
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from ._rows import add_event, cancel_descendants, insert_run, write_child_result
 from ._session import QUERIES, Session
 
 __all__ = [
+    "advance_run",
     "child_ended",
     "flow_steps",
     "get_flow",
@@ -355,6 +356,11 @@ def task_ended(
         Q["complete_flow_state"],
         {"run_id": run_id, "step": step_name, "output": json.dumps(value), "now": now},
     )
+    advance_run(s, shape, run_id, now)
+
+
+def advance_run(s: Session, shape: FlowShape, run_id: str, now: float) -> None:
+    """Start what is ready in the live flow run ``run_id``; end it if nothing remains."""
     full = s.one(Q["flow_run_row"], {"id": run_id})
     assert full is not None
     _advance(s, shape, dict(full), now)

@@ -9,6 +9,8 @@ from typing import Any
 from ...errors import RunNotFound, RunStateError, ValidationError
 from ...records import Run, Step
 from ._convert import to_run, to_step
+from ._flow_retry import retry_flow
+from ._flows import is_flow_run
 from ._rows import add_event
 from ._session import QUERIES, Session
 
@@ -35,6 +37,8 @@ def retry_in(s: Session, run_id: str, from_step: str | None, by: str, now: float
         raise RunStateError(
             f"run {run_id} is {row['status']}: only a failed or cancelled run can be retried"
         )
+    if is_flow_run(s, run_id):
+        return retry_flow(s, row, from_step, by, now)
     from_seq = _seq(s, run_id, from_step) if from_step is not None else _first_failed(s, run_id)
     params: dict[str, Any] = {"run_id": run_id, "from_seq": from_seq}
     kept = s.all(QUERIES["supersede_steps"], {**params, "attempt": row["attempt"], "now": now})

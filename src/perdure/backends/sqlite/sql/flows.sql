@@ -147,3 +147,41 @@ LIMIT :limit
 SELECT 1 FROM runs
 WHERE parent_id = :parent_id AND kind = 'task' AND status = 'pending' AND created_at = :now
 LIMIT 1
+
+-- name: tasks_to_rerun
+-- A retried flow run's step whose input is kept: its tasks to run again in place, all (:all) or the unfinished ones.
+SELECT id FROM runs
+WHERE parent_id = :run_id AND parent_step = :step AND kind = 'task'
+  AND (:all OR status <> 'completed')
+ORDER BY task_index
+
+-- name: rerun_task
+-- A task of a retried flow run runs again under its id: pending now, with its attempts afresh.
+UPDATE runs SET
+    status = 'pending', attempt = 1, output = NULL, error = NULL, lease_owner = NULL,
+    lease_expires_at = NULL, available_at = :now, started_at = NULL, completed_at = NULL,
+    wake_reason = NULL, claims_since_progress = 0, step_attempts = 0, updated_at = :now
+WHERE id = :id
+
+-- name: restart_flow_state
+-- A retried flow run's step whose tasks run again in place: started, :count of them left.
+UPDATE flow_states SET status = 'started', remaining_tasks = :count, output = NULL,
+    error = NULL, started_at = :now, completed_at = NULL
+WHERE run_id = :run_id AND step = :step
+
+-- name: drop_step_tasks
+-- A retried flow run's step whose input changes: its old tasks go (new ones come when it is ready).
+DELETE FROM runs WHERE parent_id = :run_id AND parent_step = :step AND kind = 'task'
+
+-- name: recreate_flow_state
+-- A retried flow run's step whose input changes: created again, waiting for its dependencies.
+UPDATE flow_states SET status = 'created', task_count = 0, remaining_tasks = 0, output = NULL,
+    error = NULL, started_at = NULL, completed_at = NULL
+WHERE run_id = :run_id AND step = :step
+
+-- name: reopen_flow_run
+-- A retried flow run is running again (never claimed itself) with its next attempt.
+UPDATE runs SET
+    status = 'running', attempt = attempt + 1, output = NULL, error = NULL,
+    completed_at = NULL, available_at = 1e18, wake_reason = NULL, updated_at = :now
+WHERE id = :id

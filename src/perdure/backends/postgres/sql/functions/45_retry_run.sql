@@ -4,7 +4,7 @@
 -- (NULL: from the step that failed, if one did) and every rollback row move to
 -- superseded_steps (history, never replayed); the run is pending again with attempt
 -- + 1, and a 'retried' event says by whom and from where. PD003 for a live run,
--- PD001 for a step the journal does not hold.
+-- PD001 for a step the journal does not hold. A DAG-flow run goes to retry_flow().
 CREATE OR REPLACE FUNCTION retry_run(p_run_id text, p_from_step text, p_by text) RETURNS runs
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 DECLARE
@@ -16,6 +16,9 @@ BEGIN
     IF v_run.status NOT IN ('failed', 'cancelled') THEN
         RAISE EXCEPTION 'run % is %: only a failed or cancelled run can be retried',
             p_run_id, v_run.status USING ERRCODE = 'PD003';
+    END IF;
+    IF v_run.kind = 'flow' THEN
+        RETURN retry_flow(v_run, p_from_step, p_by);
     END IF;
     IF p_from_step IS NOT NULL THEN
         SELECT seq INTO v_from FROM steps WHERE run_id = p_run_id AND key = p_from_step;
