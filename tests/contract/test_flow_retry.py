@@ -11,10 +11,9 @@ import pytest
 from perdure.backends.base import Backend
 from perdure.errors import RunStateError, ValidationError
 from perdure.flows.definition import FlowShape, StepShape
-from perdure.records import Fail, Transition
 
 from .helpers import new_run
-from .test_flows import SHAPE, _claim_all, _complete
+from .test_flows import SHAPE, _claim_all, _complete, _fail
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,11 +26,7 @@ async def _failed_at_b(backend: Backend) -> tuple[str, dict[tuple[str, int], Any
     assert await _complete(backend, (await _claim_all(backend))[("a", 0)], ["p", "q"])
     tasks = await _claim_all(backend)
     assert await _complete(backend, tasks[("each", 0)], "e0")
-    b = tasks[("b", 0)]
-    (failed,) = await backend.apply(
-        [Transition(b.run.id, b.lease_token, outcome=Fail({"type": "E", "message": "bug"}))]
-    )
-    assert failed.ok
+    assert await _fail(backend, tasks[("b", 0)], "bug")
     ended = await backend.get_run(run.id)
     assert ended is not None and ended.status == "failed"
     return run.id, tasks

@@ -39,6 +39,14 @@ async def _complete(backend: Backend, task: Any, output: Any) -> bool:
     return result.ok
 
 
+async def _fail(backend: Backend, task: Any, message: str) -> bool:
+    """Fail ``task`` for good."""
+    (result,) = await backend.apply(
+        [Transition(task.run.id, task.lease_token, outcome=Fail({"type": "E", "message": message}))]
+    )
+    return result.ok
+
+
 async def test_shapes_are_stored_once_per_version(backend: Backend) -> None:
     assert await backend.get_flow("diamond") is None
     await backend.register_flows([SHAPE])
@@ -133,11 +141,7 @@ async def test_a_failed_task_fails_the_run_and_fences_the_others(backend: Backen
     tasks = await _claim_all(backend)
     await _complete(backend, tasks[("a", 0)], [1, 2])
     tasks = await _claim_all(backend)
-    b = tasks[("b", 0)]
-    (failed,) = await backend.apply(
-        [Transition(b.run.id, b.lease_token, outcome=Fail({"type": "E", "message": "no"}))]
-    )
-    assert failed.ok
+    assert await _fail(backend, tasks[("b", 0)], "no")
     ended = await backend.get_run(run.id)
     assert ended is not None and ended.status == "failed"
     assert ended.error is not None and (ended.error["type"], ended.error["step"]) == (
