@@ -42,16 +42,6 @@ async def _not_a_task(backend: Backend, run_id: str, what: str) -> None:
         )
 
 
-async def _not_a_flow_run(backend: Backend, run_id: str, what: str) -> None:
-    """DAG-flow runs are not forked (yet): start a new run instead."""
-    await _not_a_task(backend, run_id, what)
-    steps = await backend.get_steps(run_id)
-    if steps and all(s.kind == "flow-task" for s in steps):
-        raise ValidationError(
-            f"run {run_id} is a DAG-flow run, which cannot be {what} yet: start a new run"
-        )
-
-
 class Recovery(Reads):
     """The recovery methods of `perdure.App`."""
 
@@ -105,13 +95,18 @@ class Recovery(Reads):
         ``from_step`` (so ``from_step`` and what follows run again; default: the whole
         journal), with the same input unless ``input`` is given, and the same version
         unless ``version``. The source is untouched; the new run's ``created`` event
-        names it (``forked_from``)."""
+        names it (``forked_from``).
+
+        A DAG flow's run forks into a new flow run that starts with the source's
+        completed steps, except ``from_step`` and every step that depends on it (with
+        ``version``: only steps with the same dependencies there); the other steps
+        run. Its limited steps keep the source's task keys."""
         step = None if from_step is None else check_key(from_step, "from_step")
         if version is not None:
             check_int(version, "version", minimum=1)
         input_json = None if input is None else encode(input, what="the fork's input")
         who = _caller() if by is None else check_key(by, "by")
-        await _not_a_flow_run(await self._backend(), lookup_id(run_id), "forked")
+        await _not_a_task(await self._backend(), lookup_id(run_id), "forked")
         run = await (await self._backend()).fork_run(
             lookup_id(run_id), new_run_id(), step, input_json, version, who
         )

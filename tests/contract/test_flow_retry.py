@@ -1,6 +1,8 @@
-"""Contract: retrying an ended DAG-flow run (`retry_run` of a flow run), the same on
-every backend: completed steps keep their outputs, the others run again, a step whose
-input is kept reruns its unfinished tasks in place (same ids), the rest get new tasks."""
+"""Contract: retrying and forking an ended DAG-flow run (`retry_run` and `fork_run` of
+a flow run), the same on every backend. A retry keeps the completed steps' outputs and
+runs the others again, a step whose input is kept rerunning its unfinished tasks in
+place (same ids), the rest getting new tasks; a fork starts a new run with the
+completed steps copied."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from perdure.backends.base import Backend
 from perdure.errors import RunStateError, ValidationError
 from perdure.flows.definition import FlowShape, StepShape
 
-from .helpers import new_run
+from .helpers import claim, js, new_run
 from .test_flows import SHAPE, _claim_all, _complete, _fail
 
 pytestmark = pytest.mark.timeout(60)
@@ -134,3 +136,88 @@ async def test_a_retried_map_over_a_non_list_fails_again_with_the_same_error(
     again = await backend.retry_run(bad.id, None, "ops")
     assert (again.status, again.attempt) == ("failed", 2)
     assert again.error is not None and again.error == bad.error
+
+
+# --------------------------------------------------------------------------- forks
+
+
+async def _finish(backend: Backend, run_id: str) -> Any:
+    """Complete every task of the live flow run until it ends (``a`` gives a list)."""
+    while (run := await backend.get_run(run_id)) is not None and run.status == "running":
+        for (step, index), task in (await _claim_all(backend)).items():
+            assert await _complete(backend, task, ["x"] if step == "a" else f"{step}{index}")
+    assert run is not None
+    return run
+
+
+async def test_a_fork_keeps_the_completed_steps_and_runs_the_rest(backend: Backend) -> None:
+    run_id, _ = await _failed_at_b(backend)
+    fork = await backend.fork_run(run_id, "fork-1", None, None, None, "ops")
+    assert (fork.id, fork.workflow, fork.status, fork.input) == (
+        "fork-1", "diamond", "running", {"x": 1},
+    )  # fmt: skip
+    # a completed in the source: kept, with its output and no task; the map over it
+    # (not completed there) runs every element again
+    assert await _statuses(backend, "fork-1") == {
+        "a": ("completed", []),
+        "each": ("started", ["pending", "pending"]),
+        "b": ("started", ["pending"]),
+        "c": ("created", []),
+    }
+    created = (await backend.get_events("fork-1"))[0]
+    assert created.type == "created" and created.data is not None
+    assert (created.data["forked_from"], created.data["by"]) == (run_id, "ops")
+    assert "from_step" not in created.data
+    finished = await _finish(backend, "fork-1")
+    assert (finished.status, finished.output) == ("completed", {"c": "c0"})
+    source = await backend.get_run(run_id)
+    assert source is not None and source.status == "failed"  # untouched
+
+
+async def test_a_fork_from_a_step_with_a_new_input_runs_it_and_what_follows(
+    backend: Backend,
+) -> None:
+    run_id, _ = await _failed_at_b(backend)
+    await backend.fork_run(run_id, "fork-2", "a", js({"x": 2}), None, "ops")
+    tasks = await _claim_all(backend)
+    assert list(tasks) == [("a", 0)] and tasks[("a", 0)].run.input == {"run": {"x": 2}}
+    created = (await backend.get_events("fork-2"))[0]
+    assert created.data is not None and created.data["from_step"] == "a"
+
+
+async def test_a_fork_of_a_completed_run_completes_at_once(backend: Backend) -> None:
+    await backend.register_flows([SHAPE])
+    run = (await backend.start_flow(new_run("diamond", version=None))).run
+    done = await _finish(backend, run.id)
+    fork = await backend.fork_run(run.id, "fork-3", None, None, None, "ops")
+    assert (fork.status, fork.output) == ("completed", done.output)
+
+
+async def test_a_fork_into_another_version_keeps_the_steps_that_kept_their_shape(
+    backend: Backend,
+) -> None:
+    await backend.register_flows([SHAPE])
+    run = (await backend.start_flow(new_run("diamond", version=None))).run
+    await _finish(backend, run.id)
+    v2 = FlowShape(
+        "diamond", 2, steps=(StepShape("a"), StepShape("b", ("a",)), StepShape("c", ("b",)))
+    )
+    await backend.register_flows([v2])
+    fork = await backend.fork_run(run.id, "fork-4", None, None, 2, "ops")
+    assert fork.version == 2
+    assert await _statuses(backend, "fork-4") == {
+        "a": ("completed", []),
+        "b": ("completed", []),
+        "c": ("started", ["pending"]),  # its dependencies changed: it runs
+    }
+    (task,) = await claim(backend, workflows=(("diamond:c", 2),))
+    assert task.run.input == {"run": None, "b": "b0"}
+
+
+async def test_a_fork_refuses_an_unknown_step_or_version(backend: Backend) -> None:
+    run_id, _ = await _failed_at_b(backend)
+    with pytest.raises(ValidationError, match="no step 'nope'"):
+        await backend.fork_run(run_id, "fork-5", "nope", None, None, "ops")
+    with pytest.raises(ValidationError, match="has no version 9"):
+        await backend.fork_run(run_id, "fork-5", None, None, 9, "ops")
+    assert await backend.get_run("fork-5") is None

@@ -316,7 +316,7 @@ def test_a_changed_shape_needs_a_new_version(database) -> None:  # type: ignore[
     third.close()
 
 
-def test_a_failed_flow_run_is_retried_after_the_fix_but_not_forked(app: App) -> None:
+def test_a_failed_flow_run_is_retried_after_the_fix_and_forked(app: App) -> None:
     """The operator's path: a step fails on a bug, the fix is deployed, ``retry``
     resumes the run under its id; the step that completed does not run again."""
     flow = app.flow("fixed_later", max_attempts=1)
@@ -343,10 +343,12 @@ def test_a_failed_flow_run_is_retried_after_the_fix_but_not_forked(app: App) -> 
         again = app.retry(handle.id, by="ops")
         assert again.id == handle.id
         assert again.result(timeout=30) == {"use": 21}
-    assert calls == ["fetch", "use", "use"]
-    assert app.get_run(handle.id).attempt == 2
-    with pytest.raises(ValidationError, match="DAG-flow run"):
-        app.fork(handle.id)
+        assert calls == ["fetch", "use", "use"]
+        assert app.get_run(handle.id).attempt == 2
+        fork = app.fork(handle.id, from_step="use", by="ops")  # fetch is kept
+        assert fork.id != handle.id and fork.result(timeout=30) == {"use": 21}
+    assert calls == ["fetch", "use", "use", "use"]
+    assert app.get_events(fork.id)[0].data["forked_from"] == handle.id
     step = app.get_steps(handle.id)[1]
     with pytest.raises(ValidationError, match="a task of a DAG flow"):
         app.retry(step.tasks[0].run_id)

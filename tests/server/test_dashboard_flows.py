@@ -56,7 +56,7 @@ def test_a_flow_and_its_run_are_drawn_as_a_dag(sqlite_database, tmp_path: Path) 
             failed_path = f"/v1/workflows/report/runs/{failed}"
             wait_for(lambda: http.get(failed_path).body["status"] == "failed", 20)
             page.goto(http.base + f"/runs/{failed}")
-            assert page.locator("#fork").count() == 0  # flow runs are not forked
+            assert page.locator("#fork").count() == 1
             assert "did not complete" in page.locator("#from-step").inner_text()
             (tmp_path / "fixed").touch()
             page.click("#retry")

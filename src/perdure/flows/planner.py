@@ -26,6 +26,7 @@ __all__ = [
     "Outcome",
     "Rerun",
     "advance",
+    "fork_copies",
     "map_error",
     "rerun",
     "retry_delay",
@@ -199,6 +200,33 @@ def rerun(
         and not chosen.intersection(step.depends_on)
     )
     return Rerun(steps, in_place, frozenset(forced))
+
+
+def fork_copies(
+    source: FlowShape,
+    target: FlowShape,
+    outputs: Mapping[str, Any],
+    from_step: str | None,
+) -> dict[str, Any]:
+    """The completed steps a fork of a flow run keeps, with their outputs, in the
+    target shape's order: a step of the source that completed (``outputs``), unless it
+    is ``from_step`` or depends on it, directly or not (`ValidationError` if the
+    source has no such step); that the target has with the same dependencies and the
+    same map source; and whose dependencies are all kept. The others run in the fork."""
+    forced = rerun(source, {}, (), from_step).forced
+    before = {step.name: step for step in source.steps}
+    kept: dict[str, Any] = {}
+    for step in target.steps:
+        old = before.get(step.name)
+        if (
+            old is not None
+            and step.name in outputs
+            and step.name not in forced
+            and (old.depends_on, old.map_over) == (step.depends_on, step.map_over)
+            and all(dep in kept for dep in step.depends_on)
+        ):
+            kept[step.name] = outputs[step.name]
+    return kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,14 @@
 """The operations section of the contract on PostgreSQL: retry and fork (each one
-call of its plpgsql function)."""
+call of its plpgsql function; a flow run's fork starts a new flow run,
+`_flow_fork`)."""
 
 from __future__ import annotations
 
 from ...records import Run
 from ._conn import QUERIES, PgConnections
 from ._convert import run_from_row
+from ._flow_fork import fork_flow
+from ._flows import Q as FLOW_QUERIES
 
 __all__ = ["Operations"]
 
@@ -30,6 +33,13 @@ class Operations:
         version: int | None,
         by: str,
     ) -> Run:
+        kind = await self._db.one(FLOW_QUERIES["run_kind"], {"run_id": source_id})
+        if kind is not None and kind[0] == "flow":
+            source = await self._db.one(QUERIES["get_run"], {"run_id": source_id})
+            assert source is not None
+            return await fork_flow(
+                self._db, run_from_row(source), new_id, before_step, input_json, version, by
+            )
         params = {
             "source_id": source_id,
             "id": new_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "is_flow_run",
     "register_flows",
     "start_flow",
+    "start_flow_in",
     "steps_or_journal",
     "task_ended",
 ]
@@ -141,44 +143,61 @@ def start_flow(s: Session, new: NewRun, claim: ClaimParams | None = None) -> Cre
     its step states, and the tasks of its root steps, in one transaction; with
     ``claim``, those tasks leased to that worker."""
     with s.write() as now:
-        shape = get_flow(s, new.workflow, new.version)
-        if shape is None:
-            raise ValidationError(
-                f"no flow {new.workflow!r}"
-                + ("" if new.version is None else f" version {new.version}")
-                + " is stored: define it with app.flow(...) or perdure.create_flow first"
-            )
-        new = replace(new, version=shape.version)
-        if insert_run(s, new, now, parent_id=None) is None:
-            return _existing(s, new, now)
-        s.run(Q["mark_flow_run"], {"id": new.id, "now": now})
-        given = {step: keys for step, *keys in new.step_keys}
-        for index, step in enumerate(shape.steps):
-            lane, fifo, rate = given.get(step.name) or step.keyless()
-            if not step.limited:  # keys from a definition that no longer matches: none
-                lane = fifo = rate = None
-            s.run(
-                Q["insert_flow_state"],
-                {
-                    "run_id": new.id,
-                    "step": step.name,
-                    "step_index": index,
-                    "lane": lane,
-                    "fifo": fifo,
-                    "rate": rate,
-                },
-            )
-        flow = {
-            "id": new.id,
-            "input": new.input_json,
-            "priority": new.priority,
-            "retention_days": new.retention_days,
-        }
-        _advance(s, shape, flow, now)
-        claimed = () if claim is None else lease_new_tasks(s, new.id, claim, now)
-        row = s.one(QUERIES["get_run"], {"id": new.id})
-        assert row is not None
-        return CreateResult(to_run(row), True, claimed=claimed)
+        return start_flow_in(s, new, claim, now)
+
+
+def start_flow_in(
+    s: Session,
+    new: NewRun,
+    claim: ClaimParams | None,
+    now: float,
+    copied: Mapping[str, Any] | None = None,
+) -> CreateResult:
+    """`start_flow` inside the caller's transaction; ``copied``: a fork's steps that
+    are completed from the start, with their outputs."""
+    shape = get_flow(s, new.workflow, new.version)
+    if shape is None:
+        raise ValidationError(
+            f"no flow {new.workflow!r}"
+            + ("" if new.version is None else f" version {new.version}")
+            + " is stored: define it with app.flow(...) or perdure.create_flow first"
+        )
+    new = replace(new, version=shape.version)
+    if insert_run(s, new, now, parent_id=None) is None:
+        return _existing(s, new, now)
+    s.run(Q["mark_flow_run"], {"id": new.id, "now": now})
+    given = {step: keys for step, *keys in new.step_keys}
+    for index, step in enumerate(shape.steps):
+        lane, fifo, rate = given.get(step.name) or step.keyless()
+        if not step.limited:  # keys from a definition that no longer matches: none
+            lane = fifo = rate = None
+        s.run(
+            Q["insert_flow_state"],
+            {
+                "run_id": new.id,
+                "step": step.name,
+                "step_index": index,
+                "lane": lane,
+                "fifo": fifo,
+                "rate": rate,
+            },
+        )
+    for step_name, value in (copied or {}).items():
+        s.run(
+            Q["complete_flow_state"],
+            {"run_id": new.id, "step": step_name, "output": json.dumps(value), "now": now},
+        )
+    flow = {
+        "id": new.id,
+        "input": new.input_json,
+        "priority": new.priority,
+        "retention_days": new.retention_days,
+    }
+    _advance(s, shape, flow, now)
+    claimed = () if claim is None else lease_new_tasks(s, new.id, claim, now)
+    row = s.one(QUERIES["get_run"], {"id": new.id})
+    assert row is not None
+    return CreateResult(to_run(row), True, claimed=claimed)
 
 
 def _existing(s: Session, new: NewRun, now: float) -> CreateResult:

@@ -9,7 +9,7 @@ from typing import Any
 from ...errors import RunNotFound, RunStateError, ValidationError
 from ...records import Run, Step
 from ._convert import to_run, to_step
-from ._flow_retry import retry_flow
+from ._flow_recovery import fork_flow, retry_flow
 from ._flows import is_flow_run
 from ._rows import add_event
 from ._session import QUERIES, Session
@@ -66,6 +66,8 @@ def fork_run(
         source = s.one(QUERIES["get_run"], {"id": source_id})
         if source is None:
             raise RunNotFound(source_id)
+        if is_flow_run(s, source_id):
+            return fork_flow(s, source, new_id, before_step, input_json, version, by, now)
         before = None if before_step is None else _seq(s, source_id, before_step)
         keys = s.one(QUERIES["run_keys"], {"id": source_id})
         assert keys is not None

@@ -194,3 +194,9 @@ SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.atte
 FROM woken w
 LEFT JOIN claimed c ON true
 ORDER BY c.priority, c.id
+
+-- name: flow_state_keys
+-- The task keys of a flow run's limited steps (a fork keeps them).
+SELECT step, concurrency_key, fifo_key, rate_key FROM flow_states
+WHERE run_id = %(run_id)s::text AND concurrency_key IS NOT NULL
+ORDER BY step_index

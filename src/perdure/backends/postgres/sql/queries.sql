@@ -220,6 +220,16 @@ FROM start_flow_run(
     %(step_keys)s::jsonb
 ) AS c
 
+-- name: fork_flow_run
+-- A fork of a flow run: start_flow_run() with the steps it keeps completed from the
+-- start and where it came from in its created event; the row as create_run's.
+SELECT {{_created_columns}}
+FROM start_flow_run(
+    %(id)s::text, %(workflow)s::text, %(version)s::integer, %(input)s::jsonb,
+    %(priority)s::integer, NULL::text, %(retention_days)s::integer, %(step_keys)s::jsonb,
+    %(copied)s::jsonb, %(origin)s::jsonb
+) AS c
+
 -- name: cancel_run
 -- Cancel a run and its live descendants through cancel_tree().
 SELECT cancel_tree(%(run_id)s)

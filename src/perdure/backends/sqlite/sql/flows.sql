@@ -185,3 +185,8 @@ UPDATE runs SET
     status = 'running', attempt = attempt + 1, output = NULL, error = NULL,
     completed_at = NULL, available_at = 1e18, wake_reason = NULL, updated_at = :now
 WHERE id = :id
+
+-- name: note_fork
+-- A fork of a flow run: its created event says where it came from (:origin, a JSON object).
+UPDATE events SET data = json_patch(coalesce(data, '{}'), :origin)
+WHERE run_id = :id AND type = 'created'

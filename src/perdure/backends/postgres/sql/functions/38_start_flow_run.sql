@@ -8,9 +8,12 @@
 -- Python), {"<step>": [lane, fifo_key, rate_key]}; a limited step without an entry
 -- (every one, from SQL) gets the lane '' under its step-wide limits: rate key '' if
 -- it has a rate limit, no FIFO key.
+-- p_copied: a fork's steps completed from the start, {"<step>": <output>}; p_origin:
+-- what its 'created' event adds (forked_from, from_step, by).
 CREATE OR REPLACE FUNCTION start_flow_run(
     p_id text, p_flow text, p_version integer, p_input jsonb, p_priority integer,
     p_idempotency_key text, p_retention_days integer, p_keys jsonb DEFAULT NULL,
+    p_copied jsonb DEFAULT NULL, p_origin jsonb DEFAULT NULL,
     OUT created boolean, OUT run runs
 )
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -40,7 +43,8 @@ BEGIN
     IF FOUND THEN
         created := true;
         INSERT INTO events (run_id, type, data)
-        VALUES (p_id, 'created', jsonb_build_object('workflow', p_flow, 'version', v_version));
+        VALUES (p_id, 'created', jsonb_build_object('workflow', p_flow, 'version', v_version)
+                                 || coalesce(p_origin, '{}'));
     ELSE
         -- The id or key is taken: create_run() returns the run that holds it (and
         -- records a differing input), or creates the run if that one is gone again.
@@ -77,6 +81,16 @@ BEGIN
                     ELSE l.given ->> 2 END AS rate
     ) k
     WHERE fs.flow = p_flow AND fs.version = v_version;
+    IF p_copied IS NOT NULL THEN  -- a fork: what it keeps is completed, the rest waits less
+        UPDATE flow_states SET status = 'completed', output = (p_copied -> step)::json,
+            started_at = perdure_now(), completed_at = perdure_now()
+        WHERE run_id = p_id AND p_copied ? step;
+        UPDATE flow_states st SET remaining_deps = (
+            SELECT count(*) FROM flow_deps d
+            WHERE d.flow = p_flow AND d.version = v_version AND d.step = st.step
+              AND NOT p_copied ? d.dep)
+        WHERE st.run_id = p_id AND st.status = 'created';
+    END IF;
     PERFORM flow_advance(p_id);
     SELECT * INTO run FROM runs WHERE id = p_id;
 END
