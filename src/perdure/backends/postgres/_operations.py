@@ -37,9 +37,8 @@ class Operations:
         if kind is not None and kind[0] == "flow":
             source = await self._db.one(QUERIES["get_run"], {"run_id": source_id})
             assert source is not None
-            return await fork_flow(
-                self._db, run_from_row(source), new_id, before_step, input_json, version, by
-            )
+            asked = (new_id, before_step, input_json, version, by)
+            return await fork_flow(self._db, run_from_row(source), asked)
         params = {
             "source_id": source_id,
             "id": new_id,

@@ -10,8 +10,9 @@ import sqlite3
 from typing import Any
 
 from ...errors import ValidationError
-from ...flows.planner import fork_copies, rerun
-from ...records import NewRun, Run
+from ...flows.planner import rerun
+from ...records import Run
+from .._flow_forks import fork_start
 from ._convert import to_run
 from ._flows import FLOW_QUERIES as Q
 from ._flows import advance_run, flow_steps, get_flow, start_flow_in
@@ -64,41 +65,30 @@ def retry_flow(s: Session, row: sqlite3.Row, from_step: str | None, by: str, now
 def fork_flow(
     s: Session,
     source: sqlite3.Row,
-    new_id: str,
-    before_step: str | None,
-    input_json: str | None,
-    version: int | None,
-    by: str,
+    asked: tuple[str, str | None, str | None, int | None, str],
     now: float,
 ) -> Run:
-    """A new run ``new_id`` of the flow run ``source``'s flow (its version unless
-    ``version``; its input unless ``input_json``) that starts with the completed steps
-    `fork_copies` keeps, and the source's task keys."""
+    """The fork of the flow run ``source`` that ``asked`` for (`fork_start`)."""
     shape = get_flow(s, source["workflow"], source["version"])
+    version = asked[3]
     target = shape if version is None else get_flow(s, source["workflow"], version)
-    if shape is None or target is None or target.version != (version or source["version"]):
-        raise ValidationError(f"flow {source['workflow']!r} has no version {version}")
-    outputs = {
-        step.name: step.output for step in flow_steps(s, source["id"]) if step.status == "completed"
-    }
-    copied = fork_copies(shape, target, outputs, before_step)
-    keys = tuple(
-        (state["step"], state["concurrency_key"], state["fifo_key"], state["rate_key"])
-        for state in s.all(Q["flow_states"], {"run_id": source["id"]})
-        if state["concurrency_key"] is not None
+    fork = fork_start(
+        to_run(source),
+        (shape, target),
+        {
+            step.name: step.output
+            for step in flow_steps(s, source["id"])
+            if step.status == "completed"
+        },
+        [
+            (state["step"], state["concurrency_key"], state["fifo_key"], state["rate_key"])
+            for state in s.all(Q["flow_states"], {"run_id": source["id"]})
+            if state["concurrency_key"] is not None
+        ],
+        asked,
     )
-    new = NewRun(
-        id=new_id,
-        workflow=source["workflow"],
-        version=target.version,
-        input_json=source["input"] if input_json is None else input_json,
-        priority=source["priority"],
-        retention_days=source["retention_days"],
-        step_keys=keys,
-    )
-    result = start_flow_in(s, new, None, now, copied)
+    result = start_flow_in(s, fork.new, None, now, fork.copied)
     if not result.created:
-        raise ValidationError(f"run id {new_id!r} is taken")
-    origin = {"forked_from": source["id"], "from_step": before_step, "by": by}
-    s.run(Q["note_fork"], {"id": new_id, "origin": json.dumps(origin)})
+        raise ValidationError(f"run id {fork.new.id!r} is taken")
+    s.run(Q["note_fork"], {"id": fork.new.id, "origin": json.dumps(fork.origin)})
     return result.run

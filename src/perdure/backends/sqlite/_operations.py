@@ -67,7 +67,8 @@ def fork_run(
         if source is None:
             raise RunNotFound(source_id)
         if is_flow_run(s, source_id):
-            return fork_flow(s, source, new_id, before_step, input_json, version, by, now)
+            asked = (new_id, before_step, input_json, version, by)
+            return fork_flow(s, source, asked, now)
         before = None if before_step is None else _seq(s, source_id, before_step)
         keys = s.one(QUERIES["run_keys"], {"id": source_id})
         assert keys is not None
