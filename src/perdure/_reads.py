@@ -208,16 +208,22 @@ class Reads(ClientBase):
         the event that ends the run (``completed``, ``failed`` or ``cancelled``).
 
         Steps appear as ``step_completed`` events; a value set with ``ctx.set`` as a
-        ``value`` event. On PostgreSQL it wakes by notification (every transition of
-        the run notifies its watchers); on SQLite, watchers in the worker's process are
-        woken directly, others within milliseconds by the file's change watcher.
-        Raises `RunNotFound`."""
+        ``value`` event. A DAG flow's run has no journal: its steps appear as
+        ``step_started`` (``{step, tasks}``) and ``step_completed``, ``step_failed`` or
+        ``step_cancelled`` (``{step}``) events, read from its steps' states (`get_steps`)
+        rather than stored. On PostgreSQL it wakes by notification (every transition of
+        the run notifies its watchers, and the end of each of a flow's tasks); on
+        SQLite, watchers in the worker's process are woken directly, others within
+        milliseconds by the file's change watcher. Raises `RunNotFound`."""
         backend = await self._backend()
         await fetch_run(backend, run_id)
+        steps = await backend.get_steps(lookup_id(run_id))
+        flow = bool(steps) and all(step.kind == "flow-task" for step in steps)
+        tasks = lookup_id(run_id) + ":"  # the ids of a flow's tasks begin with it
         changed = asyncio.Event()
 
         def on_notice(notice: Notice) -> None:
-            if notice.run_id in (run_id, None):
+            if notice.run_id in (run_id, None) or (flow and notice.run_id.startswith(tasks)):
                 changed.set()
 
         stop = await backend.listen(on_notice, progress=True)
@@ -235,6 +241,9 @@ class Reads(ClientBase):
                 events = await backend.get_events(lookup_id(run_id))
                 if not events:
                     await fetch_run(backend, run_id)  # swept meanwhile: RunNotFound
+                if flow:
+                    steps = await backend.get_steps(lookup_id(run_id))
+                    events = _with_flow_steps(events, steps)
                 counts: Counter[tuple[str, str, str]] = Counter()
                 for event in events:
                     key = (event.type, event.created_at.isoformat(), repr(event.data))
@@ -290,3 +299,18 @@ def ended_as(run_id: str, ended: RunEnd) -> Any:
     if status == "cancelled":
         raise WorkflowCancelled(run_id)
     return output
+
+
+def _with_flow_steps(events: list[Event], steps: list[Step]) -> list[Event]:
+    """A DAG flow's run's events with its steps' starts and ends among them, in time
+    order (a step before the run's own event of the same moment)."""
+    progress = []
+    for step in steps:
+        if step.started_at is not None:
+            data = {"step": step.name, "tasks": len(step.tasks)}
+            progress.append(Event("step_started", data, step.started_at))
+        if step.completed_at is not None and step.status in _ENDINGS:
+            progress.append(Event(f"step_{step.status}", {"step": step.name}, step.completed_at))
+    merged = [(e.created_at, 0, i, e) for i, e in enumerate(progress)]
+    merged += [(e.created_at, 1, i, e) for i, e in enumerate(events)]
+    return [e for *_, e in sorted(merged, key=lambda m: m[:3])]

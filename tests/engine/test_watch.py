@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from perdure import App, Context, Event, RunNotFound, ValidationError
+from perdure import App, Context, Event, RunNotFound, TaskContext, ValidationError
 
 from .helpers import wait_for, wait_for_async
 
@@ -135,3 +135,37 @@ def test_a_bad_value_key_or_value_fails_the_step_call(app: App) -> None:
     with app.worker():
         assert "invalid value key 'no spaces'" in app.run(bad, "key", timeout=20)
         assert "value 'fine'" in app.run(bad, "value", timeout=20)
+
+
+def test_watching_a_flow_run_shows_its_steps_as_they_start_and_end(app: App) -> None:
+    flow = app.flow("watched_flow")
+    release = threading.Event()
+
+    @flow.step
+    async def a(ctx: TaskContext, input: object) -> list[int]:
+        return [1, 2]
+
+    @flow.map(over=a)
+    def b(ctx: TaskContext, n: int) -> int:
+        assert release.wait(30)
+        return n
+
+    seen: list[Event] = []
+    with app.worker():
+        handle = app.start(flow)
+        watcher = threading.Thread(target=lambda: seen.extend(app.watch(handle.id)))
+        watcher.start()
+        wait_for(lambda: any(e.type == "step_started" and e.data["step"] == "b" for e in seen), 20)
+        assert not any(e.type == "step_completed" and e.data["step"] == "b" for e in seen)
+        release.set()
+        watcher.join(timeout=30)
+        assert not watcher.is_alive()
+    progress = [(e.type, e.data) for e in seen if e.type.startswith("step_")]
+    assert progress == [
+        ("step_started", {"step": "a", "tasks": 1}),
+        ("step_completed", {"step": "a"}),
+        ("step_started", {"step": "b", "tasks": 2}),
+        ("step_completed", {"step": "b"}),
+    ]
+    assert [e.type for e in seen if not e.type.startswith("step_")] == ["created", "completed"]
+    assert seen[-1].type == "completed"
