@@ -15,6 +15,7 @@ from ._end_waiters import RunEndWait
 from ._run_ends import RunEnd
 from .backends.base import Backend
 from .context import VALUE_PREFIX
+from .describe import is_flow_run
 from .durations import Duration, to_seconds
 from .errors import PerdureError, ValidationError, WorkflowCancelled, WorkflowFailed
 from .flows.definition import FlowShape
@@ -218,7 +219,7 @@ class Reads(ClientBase):
         backend = await self._backend()
         await fetch_run(backend, run_id)
         steps = await backend.get_steps(lookup_id(run_id))
-        flow = bool(steps) and all(step.kind == "flow-task" for step in steps)
+        flow = is_flow_run(steps)
         tasks = lookup_id(run_id) + ":"  # the ids of a flow's tasks begin with it
         changed = asyncio.Event()
 

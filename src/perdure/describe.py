@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from .records import Event, Run
+from collections.abc import Sequence
 
-__all__ = ["waits_for"]
+from .records import Event, Run, Step
+
+__all__ = ["is_flow_run", "waits_for"]
+
+
+def is_flow_run(steps: Sequence[Step]) -> bool:
+    """Whether ``steps`` (`get_steps`) are a DAG flow's run's: one per flow step,
+    not a journal."""
+    return bool(steps) and all(step.kind == "flow-task" for step in steps)
 
 
 def waits_for(run: Run, events: list[Event]) -> str | None:

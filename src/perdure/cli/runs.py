@@ -9,7 +9,7 @@ import click
 from rich.text import Text
 
 from ..app import App
-from ..describe import waits_for
+from ..describe import is_flow_run, waits_for
 from ..records import Event, Run, Step
 from .client import client, json_arg, time_arg
 from .output import as_dict, console, emit_json, json_option, literal, table
@@ -132,7 +132,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             }
         )
         return
-    if steps and all(s.kind == "flow-task" for s in steps):  # a DAG flow's run
+    if is_flow_run(steps):
         _print_header(run, events, [])  # its children are its tasks, shown by step
         _print_flow_steps(run, steps)
         return

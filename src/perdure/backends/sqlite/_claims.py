@@ -135,14 +135,19 @@ def handed_before(s: Session, t: Transition, now: float) -> tuple[Claim, ...]:
         QUERIES["handed_before"],
         {"id": t.run_id, "token": t.lease_token, "worker": t.claim.worker_id, "now": now},
     )
-    at = to_dt(now)
-    return tuple(_claim(row, (), (), at, recovered=False) for row in rows)
+    return _handed(rows, now)
 
 
 def handed_at_start(s: Session, run_id: str, worker_id: str) -> tuple[Claim, ...]:
     """See `Backend.handed_at_start`."""
     now = s.clock()
     rows = s.all(QUERIES["handed_at_start"], {"id": run_id, "worker": worker_id, "now": now})
+    return _handed(rows, now)
+
+
+def _handed(rows: Sequence[Any], now: float) -> tuple[Claim, ...]:
+    """Runs handed over again after a lost answer, as claims: just started, so no
+    journal and no waits."""
     at = to_dt(now)
     return tuple(_claim(row, (), (), at, recovered=False) for row in rows)
 

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from ...describe import waits_for
+from ...describe import is_flow_run, waits_for
 from ...durations import moment
 from ...errors import PerdureError, RunStateError, ValidationError
 from ...records import RUN_STATUSES, Event, Run
@@ -146,7 +146,7 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
     values = await app.get_values_async(run_id)
     now = await app.now_async()
     dag = None
-    if steps and all(s.kind == "flow-task" for s in steps):  # a DAG flow's run
+    if is_flow_run(steps):
         shape = await app.get_flow_async(run.workflow, run.version)
         dag = None if shape is None else layout_dag(shape, steps)
     shown = app.redaction  # what people see has the configured keys masked
