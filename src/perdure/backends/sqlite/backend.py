@@ -245,6 +245,10 @@ class SQLiteBackend(Backend):
             await asyncio.wrap_future(executor.submit(self._close_session))
         finally:
             executor.shutdown(wait=False)
+        # Its thread lets go of the close call (and so of this backend) only after the
+        # answer reached us: wait for the thread to end, so nothing keeps a closed
+        # backend alive.
+        await asyncio.to_thread(executor.shutdown, wait=True)
 
     def _close_session(self) -> None:
         session, self._session = self._session, None
