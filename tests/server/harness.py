@@ -3,14 +3,17 @@ HTTP client on the standard library."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,6 +65,8 @@ class Http:
         headers: dict[str, str] | None = None,
     ) -> Reply:
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        if data is None and method in ("POST", "PUT", "PATCH"):
+            data = b"{}"  # the API takes changes as JSON only; {} is "nothing to say"
         request = urllib.request.Request(self.base + path, data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", "application/json")
@@ -146,3 +151,63 @@ def server(env: dict[str, str], cwd: Path, *args: str, token: str | None = None)
                 raise AssertionError(f"perdure serve did not come up:\n{out}")
             time.sleep(0.05)
         yield http
+
+
+@dataclass
+class Page:
+    status: int
+    text: str
+    headers: dict[str, str]
+
+
+class Dashboard:
+    """The dashboard's pages and forms without a browser: it keeps the session cookie a
+    page sends and the CSRF token its forms carry, and follows no redirect."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.cookies: dict[str, str] = {}
+        self.csrf = ""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Page:
+        host, port = self.base.removeprefix("http://").split(":")
+        sent = {"Host": f"{host}:{port}", **(headers or {})}
+        if self.cookies and "Cookie" not in sent:
+            sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            connection.request(method, path, body=body, headers=sent)
+            answer = connection.getresponse()
+            text = answer.read().decode()
+            for name, value in answer.getheaders():
+                if name.lower() == "set-cookie":
+                    key, _, rest = value.partition("=")
+                    self.cookies[key] = rest.split(";")[0]
+                    if "Max-Age=0" in value or "expires=Thu, 01 Jan 1970" in value:
+                        self.cookies.pop(key)
+            found = re.search(r'name="csrf" value="([^"]*)"', text)
+            if found:
+                self.csrf = found.group(1)
+            return Page(answer.status, text, {k.lower(): v for k, v in answer.getheaders()})
+        finally:
+            connection.close()
+
+    def get(self, path: str, **headers: str) -> Page:
+        return self.request("GET", path, headers=headers)
+
+    def post(self, path: str, fields: dict[str, str] | None = None, **headers: str) -> Page:
+        """Post a form as a page of this server would (its Origin and CSRF token), unless
+        ``headers`` or ``fields`` say otherwise."""
+        form = {"csrf": self.csrf, **(fields or {})}
+        sent = {
+            "Origin": self.base,
+            "Content-Type": "application/x-www-form-urlencoded",
+            **{k.replace("_", "-"): v for k, v in headers.items()},
+        }
+        return self.request("POST", path, urllib.parse.urlencode(form).encode(), sent)

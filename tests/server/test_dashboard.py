@@ -17,7 +17,7 @@ import pytest
 
 from tests.engine.helpers import wait_for
 
-from .harness import Http, environment, process, server
+from .harness import Dashboard, Http, environment, process, server
 
 CHROMIUM = os.environ.get("PERDURE_CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
@@ -179,7 +179,7 @@ def test_a_signal_from_the_page_completes_the_run_and_the_page_updates_by_itself
     page.fill("input[name=event]", "approve")
     page.fill("input[name=payload]", '{"by": "ada"}')
     page.click("#signal")
-    page.wait_for_url(f"**/runs/{ids[0]}?done=sent+approve")
+    page.wait_for_url(f"**/runs/{ids[0]}?notice=signal-sent")
     # no reload from here on: the live page picks the completion up by itself
     page.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
     assert '"by": "ada"' in page.locator("#output").inner_text()
@@ -190,7 +190,7 @@ def test_cancel_from_the_page_ends_the_run(page: Any, site: tuple[Http, list[str
     http, ids = site
     page.goto(page.base + f"/runs/{ids[1]}")
     page.click("#cancel")
-    page.wait_for_url(f"**/runs/{ids[1]}?done=cancelled")
+    page.wait_for_url(f"**/runs/{ids[1]}?notice=cancelled")
     assert page.locator("#run-status").inner_text() == "cancelled"
     assert http.get(f"/v1/workflows/order/runs/{ids[1]}").body["status"] == "cancelled"
 
@@ -284,13 +284,13 @@ def test_a_failed_run_is_retried_from_a_chosen_step_and_forked_from_the_page(  #
         (tmp_path / "fixed").touch()  # the fix is deployed
         tab.select_option("#from-step", "ship")
         tab.click("#retry")
-        tab.wait_for_url(f"**/runs/{run_id}?done=retried+from+ship")
+        tab.wait_for_url(f"**/runs/{run_id}?notice=retried")
         tab.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
         assert http.get(path).body["attempt"] == 2
         steps = http.get(f"{path}/steps?includeSuperseded=true").body["items"]
         assert [s["name"] for s in steps if s["superseded"]] == ["ship"]
         tab.click("#fork")
-        tab.wait_for_url(f"**done=forked+from+{run_id}")
+        tab.wait_for_url("**?notice=forked")
         assert run_id not in tab.url.split("?")[0]
         tab.locator("#run-status", has_text="completed").wait_for(timeout=20_000)
         browser.close()
@@ -300,7 +300,7 @@ def test_cancel_with_rollback_from_the_page(page: Any, site: tuple[Http, list[st
     http, ids = site
     page.goto(page.base + f"/runs/{ids[0]}")
     page.click("#cancel-rollback")
-    page.wait_for_url(f"**/runs/{ids[0]}?done=cancelling+after+its+rollbacks")
+    page.wait_for_url(f"**/runs/{ids[0]}?notice=cancelling")
     page.locator("#run-status", has_text="cancelled").wait_for(timeout=20_000)
     error = http.get(f"/v1/workflows/order/runs/{ids[0]}").body["error"]
     assert error["compensated"] == ["reserve"]
@@ -345,19 +345,19 @@ def test_schedules_are_paused_resumed_and_deleted_from_the_workers_page(
         row = page.locator("table.schedules tr[data-schedule=nightly]")
         assert row.locator("td.state").inner_text() == "active"
         row.locator("button.pause").click()
-        page.wait_for_url("**/workers?done=paused+schedule+nightly")
-        assert "paused schedule nightly" in page.locator("p.notice").inner_text()
+        page.wait_for_url("**/workers?notice=schedule-paused")
+        assert page.locator("p.notice").inner_text() == "Schedule paused."
         assert row.locator("td.state").inner_text() == "paused"
         assert paused("nightly") and not paused("hourly")
         _shot(page, "workers-schedule-paused")
 
         row.locator("button.resume").click()
-        page.wait_for_url("**/workers?done=resumed+schedule+nightly")
+        page.wait_for_url("**/workers?notice=schedule-resumed")
         assert row.locator("td.state").inner_text() == "active"
         assert not paused("nightly")
 
         row.locator("button.delete").click()
-        page.wait_for_url("**/workers?done=deleted+schedule+nightly")
+        page.wait_for_url("**/workers?notice=schedule-deleted")
         assert row.count() == 0
         assert page.locator("table.schedules tbody tr").count() == 1
         assert [s.name for s in app.list_schedules()] == ["hourly"]
@@ -376,24 +376,16 @@ def test_a_schedule_action_on_an_unknown_name_or_from_another_origin(  # type: i
     finally:
         app.close()
 
-    def post(http: Http, path: str, origin: str) -> tuple[int, str]:
-        request = urllib.request.Request(
-            http.base + path, data=b"", method="POST", headers={"Origin": origin}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
     with server(environment(sqlite_database, tmp_path), tmp_path) as http:
+        dash = Dashboard(http.base)
+        assert dash.get("/workers").status == 200 and dash.csrf
         for action in ("pause", "resume", "delete"):
-            status, body = post(http, f"/schedules/nope/{action}", http.base)
-            assert status == 404 and "no schedule named &#39;nope&#39;" in body, body
-        status, body = post(http, "/schedules/bad%20name!/pause", http.base)
-        assert status == 404 and "invalid schedule name" in body, body
+            page = dash.post(f"/schedules/nope/{action}")
+            assert page.status == 404 and "no schedule named &#39;nope&#39;" in page.text, page
+        page = dash.post("/schedules/bad%20name!/pause")
+        assert page.status == 404 and "invalid schedule name" in page.text, page
         for action in ("pause", "delete"):
-            status, _ = post(http, f"/schedules/nightly/{action}", "http://evil.example")
-            assert status == 403
+            refused = dash.post(f"/schedules/nightly/{action}", Origin="http://evil.example")
+            assert refused.status == 403
         [kept] = http.get("/v1/schedules").body["items"]
         assert kept["name"] == "nightly" and not kept["paused"]

@@ -151,24 +151,66 @@ def worker(
 @click.argument("app_spec", metavar="[APP]", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="A Host name the server answers to besides loopback names (repeatable; "
+    "also PERDURE_ALLOWED_HOSTS, comma-separated; '*' for any, which is unsafe).",
+)
+@click.option(
+    "--session-lifetime",
+    default="12h",
+    show_default=True,
+    help="How long a dashboard sign-in lasts (a duration: 30m, 12h, 7d).",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client has to send a request's headers before it is disconnected.",
+)
 @click.pass_context
-def serve(ctx: click.Context, app_spec: str | None, host: str, port: int) -> None:
-    """Serve the REST API (docs/api.md) until SIGTERM/SIGINT.
+def serve(
+    ctx: click.Context,
+    app_spec: str | None,
+    host: str,
+    port: int,
+    allowed_hosts: tuple[str, ...],
+    session_lifetime: str,
+    header_timeout: float,
+) -> None:
+    """Serve the REST API (docs/api.md) and the dashboard until SIGTERM/SIGINT.
 
     With APP (module:attribute) the server uses that App; without, the database of
     --database. Set PERDURE_API_TOKENS (comma-separated) to require a bearer token;
-    without tokens the server listens on loopback only."""
+    without tokens the server listens on loopback only. It answers only to loopback
+    Host names, the --host address and --allowed-host names (docs/security.md)."""
     try:
         from ..server import serve as run_server
     except ImportError:
         fail("the server needs its extra: pip install 'perdure[server]'")
+    try:
+        lifetime = to_seconds(session_lifetime, what="--session-lifetime")
+    except PerdureError as exc:
+        fail(str(exc), 2)
+    if lifetime <= 0:
+        fail("--session-lifetime must be more than zero", 2)
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
     spec = app_spec or ctx.obj["app"]
     app = load_app(spec) if spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
     configure_tracing()
     try:
-        run_server(app, host=host, port=port)
+        run_server(
+            app,
+            host=host,
+            port=port,
+            allowed_hosts=allowed_hosts,
+            session_lifetime=lifetime,
+            header_timeout=header_timeout,
+        )
     finally:
         app.close()
 

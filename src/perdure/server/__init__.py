@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -20,22 +20,38 @@ from ..telemetry.live import enable_metrics
 from . import dashboard
 from .errors import install_error_handlers
 from .flows import router as flows_router
-from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
+from .guards import BodyLimit, TokenCheck, check_bind, load_tokens, token_known
 from .metrics import router as metrics_router
+from .origin import HostCheck, JsonOnly
+from .origin import allowed_hosts as _allowed
 from .others import router as others_router
 from .recovery import router as recovery_router
 from .redacting import Redacting
 from .runs import router as runs_router
 from .schedules import router as schedules_router
+from .sessions import DEFAULT_LIFETIME, Sessions, load_secret
+from .slowclients import DEFAULT_HEAD_TIMEOUT, head_timeout_protocol
 
 __all__ = ["create_server", "serve"]
 
 log = logging.getLogger("perdure.server")
 
 
-def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
-    """The ASGI application of the REST API for ``app``. With ``tokens``, every request
-    but ``/healthz`` and ``/openapi.json`` needs one as a bearer token."""
+def create_server(
+    app: App,
+    *,
+    tokens: tuple[str, ...] = (),
+    hosts: frozenset[str] | None = None,
+    session_lifetime: float = DEFAULT_LIFETIME,
+    session_secret: bytes | None = None,
+) -> FastAPI:
+    """The ASGI application of the REST API and the dashboard for ``app``.
+
+    With ``tokens``, every request but ``/healthz`` and ``/openapi.json`` needs one: as
+    a bearer token for the API, or a dashboard session signed in with one. It answers
+    only to the Host names in ``hosts`` (default: loopback names, see
+    `origin.allowed_hosts`). Dashboard sessions last ``session_lifetime`` seconds and
+    are signed with ``session_secret`` (random unless given)."""
 
     enable_metrics()  # the server counts what it does (signals, sweeps) for /metrics
 
@@ -70,22 +86,49 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     api.include_router(metrics_router)
     api.include_router(dashboard.router)
     api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")
-    api.state.token_check = TokenCheck(api, tokens).known if tokens else None
-    api.add_middleware(TokenCheck, tokens=tokens)
-    api.add_middleware(BodyLimit)
+    sessions = Sessions(tokens, secret=session_secret, lifetime=session_lifetime)
+    known = tuple(t.encode() for t in tokens)
+    api.state.sessions = sessions
+    api.state.token_known = (lambda given: token_known(known, given)) if tokens else None
+    # the first added runs last: Host, then credentials, then the body's size and type
     if app.redaction:
         api.add_middleware(Redacting, redaction=app.redaction)
+    api.add_middleware(JsonOnly)
+    api.add_middleware(BodyLimit)
+    api.add_middleware(TokenCheck, tokens=tokens, sessions=sessions)
+    api.add_middleware(HostCheck, hosts=_allowed() if hosts is None else hosts)
     return api
 
 
 def serve(
-    app: App, *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: str | None = None,
+    allowed_hosts: Sequence[str] = (),
+    session_lifetime: float = DEFAULT_LIFETIME,
+    header_timeout: float = DEFAULT_HEAD_TIMEOUT,
 ) -> None:
-    """Run the REST API in the foreground until SIGTERM/SIGINT. Without tokens (none
-    given and no ``PERDURE_API_TOKENS``) it listens on loopback only."""
+    """Run the REST API and the dashboard in the foreground until SIGTERM/SIGINT.
+
+    Without tokens (none given and no ``PERDURE_API_TOKENS``) it listens on loopback
+    only. It answers to loopback Host names, the address it listens on, and
+    ``allowed_hosts`` (plus ``PERDURE_ALLOWED_HOSTS``). A client has
+    ``header_timeout`` seconds to send each request's headers. Sessions are signed
+    with ``PERDURE_SESSION_SECRET`` if set (the same in every server behind one
+    address), else a random secret of this process."""
     import uvicorn
 
     keys = load_tokens(tokens)
     check_bind(host, keys)
+    server = create_server(
+        app,
+        tokens=keys,
+        hosts=_allowed(allowed_hosts, bind=host),
+        session_lifetime=session_lifetime,
+        session_secret=load_secret(),
+    )
+    protocol = head_timeout_protocol(header_timeout)
     log.info("serving the perdure API on http://%s:%d", host, port)
-    uvicorn.run(create_server(app, tokens=keys), host=host, port=port, log_level="warning")
+    uvicorn.run(server, host=host, port=port, log_level="warning", http=protocol)

@@ -16,10 +16,12 @@ __all__ = ["ERRORS", "Cursor", "Limit", "app_of"]
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
     for status, text in (
+        (400, "The Host header is not one this server answers to."),
         (401, "A bearer token is required or wrong."),
         (404, "No such run (of this workflow)."),
         (409, "The run's status does not allow this (retrying a live run)."),
         (413, "The request body is over 1 MiB."),
+        (415, "A POST, PUT or PATCH without a JSON body (Content-Type: application/json)."),
         (422, "The request is invalid; nothing was stored."),
         (503, "The database is unavailable."),
     )

@@ -1,28 +1,24 @@
-"""What every request passes first: the body size limit and, when tokens are set, a
-bearer token; and the rule that a server with no tokens listens on loopback only."""
+"""Who may ask: when tokens are set, a bearer token (the API) or a signed-in session
+(the dashboard); the body size limit; and the rule that a server with no tokens
+listens on loopback only. Where a request may come from is `origin`'s."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 from urllib.parse import urlencode
 
-from ..errors import ConfigurationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyLimit", "TokenCheck", "check_bind", "load_tokens"]
+from ..errors import ConfigurationError
+from .asgi import send_error
+from .sessions import Sessions
+
+__all__ = ["BodyLimit", "TokenCheck", "check_bind", "load_tokens", "token_known"]
 
 #: Request bodies over this many bytes answer 413.
 MAX_BODY = 1024 * 1024
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def load_tokens(value: str | None = None) -> tuple[str, ...]:
@@ -56,25 +52,12 @@ def _loopback(host: str) -> bool:
         return False
 
 
-async def _send_error(send: Send, status: int, type_: str, message: str, **headers: str) -> None:
-    body = json.dumps({"error": {"type": type_, "message": message}}).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
-
-
 #: A refused body is read (and dropped) up to this size before the 413, so the client
 #: is still sending when it reads the answer instead of hitting a closed connection.
 _DRAIN = 16 * 1024 * 1024
 
 
-async def _drain(receive: Receive) -> None:
-    read = 0
+async def _drain(receive: Receive, read: int = 0) -> None:
     while read <= _DRAIN:
         message = await receive()
         if message["type"] != "http.request":
@@ -85,7 +68,11 @@ async def _drain(receive: Receive) -> None:
 
 
 class BodyLimit:
-    """Answer 413 to a request whose body is over ``limit`` bytes, declared or streamed."""
+    """Answer 413 to a request whose body is over ``limit`` bytes, declared or streamed.
+
+    A body without a length (``Transfer-Encoding: chunked``) is read here, up to the
+    limit, before any route sees it: a route's own body parsing would turn the refusal
+    into some other error."""
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
         self.app = app
@@ -95,34 +82,44 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _drain(receive)
-            await _send_error(send, 413, "PayloadTooLarge", self._message())
-            return
-        seen = 0
-        started = False
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, watched)
-        except _TooLarge:
-            if not started:
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
                 await _drain(receive)
-                await _send_error(send, 413, "PayloadTooLarge", self._message())
+                await send_error(send, 413, "PayloadTooLarge", self._message())
+                return
+            await self.app(scope, receive, send)  # the server reads no more than declared
+            return
+        if b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                await _drain(receive, seen)
+                await send_error(send, 413, "PayloadTooLarge", self._message())
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: the disconnect, when it comes
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
     def _message(self) -> str:
         return f"the request body is over {self.limit // 1024} KiB"
@@ -130,17 +127,21 @@ class BodyLimit:
 
 class TokenCheck:
     """With tokens set, every request but ``/healthz``, the OpenAPI document, the
-    dashboard's sign-in page and its static files needs a token: as
-    ``Authorization: Bearer <token>`` (the API), or in the dashboard's cookie. A
-    dashboard page asked for without one redirects to the sign-in page. Tokens are
-    compared in constant time."""
+    dashboard's sign-in and sign-out and its static files needs a credential:
 
-    OPEN = ("/healthz", "/openapi.json", "/login")
-    COOKIE = b"perdure_token"
+    - the API (``/v1/...``) and ``/metrics``: ``Authorization: Bearer <token>`` only,
+      else 401 (never the dashboard's cookie, so no other page can use it);
+    - the dashboard: a signed-in session cookie (`Sessions`) or the header; a page
+      asked for without one redirects to the sign-in page.
 
-    def __init__(self, app: ASGIApp, tokens: tuple[str, ...]) -> None:
+    Tokens are compared in constant time."""
+
+    OPEN = ("/healthz", "/openapi.json", "/login", "/logout")
+
+    def __init__(self, app: ASGIApp, tokens: tuple[str, ...], sessions: Sessions) -> None:
         self.app = app
         self.tokens = tuple(t.encode() for t in tokens)
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = str(scope.get("path", ""))
@@ -158,38 +159,36 @@ class TokenCheck:
         if scheme.lower() == b"bearer" and self.known(given.strip()):
             await self.app(scope, receive, send)
             return
-        if not header and self.known(_cookie(headers.get(b"cookie", b""), self.COOKIE)):
-            await self.app(scope, receive, send)
-            return
-        if not path.startswith("/v1/") and scope.get("method") == "GET" and not header:
-            target = "/login?" + urlencode({"next": path})
-            await send({"type": "http.response.start", "status": 303,
-                        "headers": [(b"location", target.encode())]})  # fmt: skip
-            await send({"type": "http.response.body", "body": b""})
-            return
+        api = path.startswith("/v1/") or path == "/metrics"
+        if not api and not header:
+            cookie = headers.get(b"cookie", b"").decode("latin-1")
+            session = self.sessions.from_header(cookie)
+            if session is not None and session.signed_in:
+                await self.app(scope, receive, send)
+                return
+            if scope.get("method") == "GET":
+                target = "/login?" + urlencode({"next": path})
+                await send({"type": "http.response.start", "status": 303,
+                            "headers": [(b"location", target.encode())]})  # fmt: skip
+                await send({"type": "http.response.body", "body": b""})
+                return
         message = (
             "a bearer token is required: send Authorization: Bearer <token>"
             if not header
             else "the token is not valid"
         )
-        await _send_error(send, 401, "Unauthorized", message, **{"WWW-Authenticate": "Bearer"})
+        await send_error(send, 401, "Unauthorized", message, **{"WWW-Authenticate": "Bearer"})
 
     def known(self, given: bytes) -> bool:
         """True if ``given`` is one of the tokens."""
-        if not given:
-            return False
-        return self._known(given)
-
-    def _known(self, given: bytes) -> bool:
-        matched = False
-        for token in self.tokens:  # every token compared, whichever matches
-            matched |= hmac.compare_digest(given, token)
-        return matched
+        return token_known(self.tokens, given)
 
 
-def _cookie(header: bytes, name: bytes) -> bytes:
-    for part in header.split(b";"):
-        key, _, value = part.strip().partition(b"=")
-        if key == name:
-            return value
-    return b""
+def token_known(tokens: tuple[bytes, ...], given: bytes) -> bool:
+    """True if ``given`` is one of ``tokens``, compared in constant time."""
+    if not given:
+        return False
+    matched = False
+    for token in tokens:  # every token compared, whichever matches
+        matched |= hmac.compare_digest(given, token)
+    return matched

@@ -3,44 +3,34 @@
 Every value is escaped by the templates (Jinja2 autoescape); scripts and styles come
 from this server only (see `SECURITY_HEADERS`); actions are POST forms that must come
 from this origin. Live pages reload their ``<main>`` from the server every two seconds
-(``static/dashboard.js``)."""
+(``static/dashboard.js``). The actions are in `actions`, signing in and out in
+`signin`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ...describe import is_flow_run, waits_for
 from ...durations import moment
-from ...errors import PerdureError, RunStateError, ValidationError
+from ...errors import PerdureError, ValidationError
 from ...records import RUN_STATUSES, Event, Run
 from ..common import app_of
 from .dag import layout_dag
+from .forms import NOTICES, SECURITY_HEADERS, keep_session, session_of, sessions_of
 from .timeline import duration_text, layout
 
-__all__ = ["SECURITY_HEADERS", "STATIC", "router"]
+__all__ = ["STATIC", "json_value", "render", "router", "run_view", "templates"]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-#: Where a dashboard visitor without a token is sent when tokens are set.
-LOGIN = "/login"
 
 router = APIRouter(include_in_schema=False)
 templates = Environment(
@@ -57,12 +47,24 @@ templates.filters["when"] = lambda value: (
 templates.filters["ago"] = lambda value: _ago(value)
 
 
-def _render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """The page ``name``; its forms carry the CSRF token of the visitor's session (a new
+    one's cookie is sent with it), and a ``?notice=`` code shows its fixed notice."""
     fragment = request.headers.get("x-perdure-fragment") == "main"
+    session, fresh = session_of(request)
     html = templates.get_template(name).render(
-        request=request, fragment=fragment, statuses=RUN_STATUSES, **context
+        request=request,
+        fragment=fragment,
+        statuses=RUN_STATUSES,
+        csrf=sessions_of(request).csrf(session),
+        signed_in=session.signed_in,
+        notice=NOTICES.get(request.query_params.get("notice", "")),
+        **context,
     )
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    answer = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    if fresh:
+        keep_session(answer, request, session)
+    return answer
 
 
 def _ago(value: datetime | None) -> str:
@@ -78,7 +80,7 @@ async def overview(request: Request) -> HTMLResponse:
     app = app_of(request)
     workflows = await app.list_workflows_async()
     workers = await app.list_workers_async("1m")
-    return _render(request, "overview.html", workflows=workflows, workers=workers, live=True)
+    return render(request, "overview.html", workflows=workflows, workers=workers, live=True)
 
 
 @router.get("/runs", response_class=HTMLResponse)
@@ -108,7 +110,7 @@ async def runs(
             status=status or None,
             since=_moment(since, "since"),
             until=_moment(until, "until"),
-            input_match=_json(input, "input") if input else None,
+            input_match=json_value(input, "input") if input else None,
             cursor=cursor or None,
             limit=50,
         )
@@ -118,7 +120,7 @@ async def runs(
     following = None
     if page is not None and page.next_cursor:
         following = "/runs?" + urlencode({**_kept(filters), "cursor": page.next_cursor})
-    return _render(
+    return render(
         request,
         "runs.html",
         status=422 if error else 200,
@@ -133,13 +135,20 @@ async def runs(
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-async def run_page(request: Request, run_id: str, done: str = "") -> HTMLResponse:
+async def run_page(request: Request, run_id: str) -> HTMLResponse:
     """One run: its timeline, data, audit trail, parent and children, and actions."""
+    return await run_view(request, run_id)
+
+
+async def run_view(
+    request: Request, run_id: str, *, error: str | None = None, status: int = 200
+) -> HTMLResponse:
+    """The run page of ``run_id``, with ``error`` (an action refused) if given."""
     app = app_of(request)
     try:
         run = await app.get_run_async(run_id)
     except PerdureError as exc:
-        return _render(request, "missing.html", status=404, message=str(exc))
+        return render(request, "missing.html", status=404, message=str(exc))
     steps = await app.get_steps_async(run_id)
     events = await app.get_events_async(run_id)
     children = (await app.list_runs_async(parent_id=run.id, limit=100)).items
@@ -154,7 +163,7 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
     steps = [shown.record(s) for s in steps]
     events = [shown.record(e) for e in events]
     children = [shown.record(c) for c in children]
-    return _render(
+    return render(
         request,
         "run.html",
         dag=dag,
@@ -165,8 +174,9 @@ async def run_page(request: Request, run_id: str, done: str = "") -> HTMLRespons
         values=values,
         timeline=layout(run, steps, now, _parked(run, events)),
         waiting_for=waits_for(run, events),
-        done=done,
-        live=not run.done,
+        error=error,
+        status=status,
+        live=not run.done and error is None,
     )
 
 
@@ -176,70 +186,14 @@ async def flow_page(request: Request, name: str, version: int | None = None) -> 
     try:
         shape = await app_of(request).get_flow_async(name, version)
     except PerdureError as exc:
-        return _render(request, "missing.html", status=404, message=str(exc))
+        return render(request, "missing.html", status=404, message=str(exc))
     if shape is None:
-        return _render(request, "missing.html", status=404, message=f"no flow {name!r} is stored")
-    return _render(request, "flow.html", shape=shape, dag=layout_dag(shape))
-
-
-@router.post("/runs/{run_id}/cancel")
-async def cancel(request: Request, run_id: str) -> Response:
-    """Cancel the run (a POST from this origin only)."""
-    form = await _posted(request)
-    if isinstance(form, Response):
-        return form
-    rollback = form.get("rollback") == "1"
-    cancelled = await app_of(request).cancel_async(run_id, rollback=rollback)
-    if not cancelled:
-        return _back(run_id, "already ended")
-    return _back(run_id, "cancelling after its rollbacks" if rollback else "cancelled")
-
-
-@router.post("/runs/{run_id}/signal")
-async def signal(request: Request, run_id: str) -> Response:
-    """Send an event to the run (a POST from this origin only)."""
-    form = await _posted(request)
-    if isinstance(form, Response):
-        return form
-    event, payload = form.get("event", ""), form.get("payload", "")
-    try:
-        value = _json(payload, "payload") if payload.strip() else None
-        delivered = await app_of(request).signal_async(run_id, event, value)
-    except ValidationError as exc:
-        return _back(run_id, f"not sent: {exc}")
-    return _back(run_id, f"sent {event}" if delivered else "not sent: the run has ended")
-
-
-@router.post("/runs/{run_id}/retry")
-async def retry(request: Request, run_id: str) -> Response:
-    """Resume a failed or cancelled run from a chosen step (a POST from this origin)."""
-    form = await _posted(request)
-    if isinstance(form, Response):
-        return form
-    step = form.get("from_step") or None
-    try:
-        await app_of(request).retry_async(run_id, from_step=step, by="the dashboard")
-    except (ValidationError, RunStateError) as exc:
-        return _back(run_id, f"not retried: {exc}")
-    return _back(run_id, "retried" + ("" if step is None else f" from {step}"))
-
-
-@router.post("/runs/{run_id}/fork")
-async def fork(request: Request, run_id: str) -> Response:
-    """Start a new run from a copy of this run's journal (a POST from this origin)."""
-    form = await _posted(request)
-    if isinstance(form, Response):
-        return form
-    step = form.get("from_step") or None
-    try:
-        handle = await app_of(request).fork_async(run_id, from_step=step, by="the dashboard")
-    except ValidationError as exc:
-        return _back(run_id, f"not forked: {exc}")
-    return _back(handle.id, f"forked from {run_id}")
+        return render(request, "missing.html", status=404, message=f"no flow {name!r} is stored")
+    return render(request, "flow.html", shape=shape, dag=layout_dag(shape))
 
 
 @router.get("/workers", response_class=HTMLResponse)
-async def workers(request: Request, done: str = "") -> HTMLResponse:
+async def workers(request: Request) -> HTMLResponse:
     """Workers seen within a day: live, stopped, or silent (gone without stopping); and
     the schedules they fire, with their actions."""
     app = app_of(request)
@@ -247,103 +201,7 @@ async def workers(request: Request, done: str = "") -> HTMLResponse:
     now = await app.now_async()
     rows = [(w, _worker_state(w.stopped_at, w.last_seen_at, now)) for w in seen]
     schedules = await app.list_schedules_async()
-    return _render(request, "workers.html", workers=rows, schedules=schedules, done=done, live=True)
-
-
-@router.post("/schedules/{name}/pause")
-async def pause_schedule(request: Request, name: str) -> Response:
-    """Pause a schedule: its ticks are skipped until it is resumed (a POST from this
-    origin only)."""
-    return await _on_schedule(request, name, "paused", app_of(request).pause_schedule_async)
-
-
-@router.post("/schedules/{name}/resume")
-async def resume_schedule(request: Request, name: str) -> Response:
-    """Resume a paused schedule from its next tick after now (a POST from this origin)."""
-    return await _on_schedule(request, name, "resumed", app_of(request).resume_schedule_async)
-
-
-@router.post("/schedules/{name}/delete")
-async def delete_schedule(request: Request, name: str) -> Response:
-    """Delete a schedule; its runs stay (a POST from this origin only)."""
-    return await _on_schedule(request, name, "deleted", app_of(request).delete_schedule_async)
-
-
-async def _on_schedule(
-    request: Request, name: str, done: str, act: Callable[[str], Awaitable[bool]]
-) -> Response:
-    """Do ``act`` to the schedule named ``name`` and go back to the workers page; the
-    not-found page if there is no such schedule."""
-    form = await _posted(request)
-    if isinstance(form, Response):
-        return form
-    try:
-        found = await act(name)
-    except ValidationError as exc:  # a name no schedule can have
-        return _render(request, "missing.html", status=404, message=str(exc))
-    if not found:
-        message = f"no schedule named {name!r}"
-        return _render(request, "missing.html", status=404, message=message)
-    notice = urlencode({"done": f"{done} schedule {name}"})
-    return RedirectResponse(f"/workers?{notice}", status_code=303)
-
-
-@router.get(LOGIN, response_class=HTMLResponse)
-async def login_page(request: Request, next: str = "/", failed: str = "") -> HTMLResponse:
-    """Ask for an API token once; it is kept in an HttpOnly, SameSite=Strict cookie."""
-    return _render(request, "login.html", next=_local(next), failed=bool(failed))
-
-
-@router.post(LOGIN)
-async def login(request: Request) -> Response:
-    """Keep the token in a cookie if the server knows it."""
-    form = await _posted(request)
-    if isinstance(form, Response):
-        return form
-    token, next = form.get("token", ""), form.get("next", "/")
-    known: Any = getattr(request.app.state, "token_check", None)
-    if known is None or not known(token.encode()):
-        return RedirectResponse(f"{LOGIN}?{urlencode({'next': next, 'failed': 1})}", 303)
-    answer = RedirectResponse(_local(next), 303)
-    answer.set_cookie(
-        "perdure_token",
-        token,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        max_age=7 * 86400,
-    )
-    return answer
-
-
-async def _posted(request: Request) -> dict[str, str] | Response:
-    """The fields of a form posted from a page of this server
-    (``application/x-www-form-urlencoded``), or the refusal of a post from elsewhere."""
-    refused = _foreign(request)
-    if refused is not None:
-        return refused
-    fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=20)
-    return {key: values[-1] for key, values in fields.items()}
-
-
-def _back(run_id: str, done: str) -> RedirectResponse:
-    return RedirectResponse(f"/runs/{run_id}?{urlencode({'done': done})}", status_code=303)
-
-
-def _foreign(request: Request) -> Response | None:
-    """A refusal unless the form was posted from a page of this server."""
-    origin = request.headers.get("origin") or request.headers.get("referer") or ""
-    here = f"{request.url.scheme}://{request.headers.get('host', '')}"
-    if origin == here or origin.startswith(here + "/"):
-        return None
-    return HTMLResponse(
-        "actions must come from the dashboard's own pages", 403, headers=SECURITY_HEADERS
-    )
-
-
-def _local(path: str) -> str:
-    """Only a path of this server (never another site) to go back to after login."""
-    return path if path.startswith("/") and not path.startswith("//") else "/"
+    return render(request, "workers.html", workers=rows, schedules=schedules, live=True)
 
 
 def _kept(filters: dict[str, str]) -> dict[str, str]:
@@ -354,7 +212,8 @@ def _moment(value: str, what: str) -> datetime | None:
     return moment(value, what=what) if value else None
 
 
-def _json(text: str, what: str) -> Any:
+def json_value(text: str, what: str) -> Any:
+    """``text`` read as JSON, or a `ValidationError` naming ``what``."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
