@@ -114,12 +114,12 @@ def test_every_route_of_the_openapi_document_refuses_what_a_browser_could_forge(
     env = environment(sqlite_database, tmp_path, PERDURE_API_TOKENS=TOKEN)
     with server(env, tmp_path, token=TOKEN) as http:
         run_id = http.post(RUNS, {"input": "ada"}).body["runId"]
-        session = _signed_in(http).cookies[COOKIE]
+        signed_in = "; ".join(f"{k}={v}" for k, v in _signed_in(http).cookies.items())
         here, json_body = _here(http), b'{"input": 1}'
         credentials: list[dict[str, str]] = [
             {},
             {"Authorization": "Bearer wrong-token-0000000000"},
-            {"Cookie": f"{COOKIE}={session}"},  # the dashboard's session alone
+            {"Cookie": signed_in},  # the dashboard's cookie alone
             {"Cookie": f"perdure_token={TOKEN}; {COOKIE}={TOKEN}"},  # a raw token
         ]
         for method, path in _paths(http, run_id):
