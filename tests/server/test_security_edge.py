@@ -13,6 +13,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
+from perdure.server.origin import allowed_hosts, host_name
 from perdure.server.sessions import COOKIE, Sessions
 
 from .harness import Dashboard, Http, environment, process, server
@@ -283,3 +284,39 @@ def test_a_client_slow_to_send_its_headers_is_disconnected(  # type: ignore[no-u
             for sock in (silent, partial, kept):
                 sock.close()
         assert http.get("/healthz").status == 200  # the server itself carries on
+
+
+def test_host_names_are_read_strictly() -> None:
+    cases = {
+        b"localhost:8000": "localhost",
+        b"LocalHost.": "localhost",
+        b"[::1]:80": "::1",
+        b"[0:0::1]": "::1",
+        b"127.0.0.1": "127.0.0.1",
+        b"a.example:x": None,
+        b"[::1]x": None,
+        b"[nope]": None,
+        b"a b": None,
+        b"a@b.example": None,
+        b"": None,
+        "é.example".encode(): None,
+    }
+    assert {given: host_name(given) for given in cases} == cases
+    assert allowed_hosts(["A.example, b.example:8443"], bind="0.0.0.0") == {
+        "localhost", "127.0.0.1", "::1", "a.example", "b.example"
+    }  # fmt: skip
+    assert "10.0.0.5" in allowed_hosts(bind="10.0.0.5")
+
+
+def test_serve_refuses_bad_edge_options(sqlite_database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = environment(sqlite_database, tmp_path, PERDURE_SESSION_SECRET="short")
+    for args, code, said in (
+        (["--session-lifetime", "0"], 2, "--session-lifetime must be more than zero"),
+        (["--session-lifetime", "soon"], 2, "--session-lifetime"),
+        (["--header-timeout", "0"], 2, "--header-timeout"),
+        ([], 1, "PERDURE_SESSION_SECRET must be at least 32 characters"),
+    ):
+        with process(["serve", "--port", "0", *args], env, tmp_path) as proc:
+            out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == code and said in out, (args, out)
+        assert "Traceback" not in out
