@@ -20,7 +20,19 @@ from .names import WorkflowRef, workflow_name
 from .serialization import encode
 from .validation import check_int, check_key, lookup_id
 
-__all__ = ["Recovery"]
+__all__ = ["CANCELLABLE", "RETRYABLE", "Recovery"]
+
+#: The statuses a bulk retry can select: runs that ended without completing.
+RETRYABLE: tuple[str, ...] = ("failed", "cancelled")
+#: The statuses a bulk cancel can select: live runs.
+CANCELLABLE: tuple[str, ...] = ("pending", "running", "waiting")
+
+
+def _check_status(status: object, allowed: tuple[str, ...], what: str) -> None:
+    if status not in allowed:
+        raise ValidationError(
+            f"status must be one of {', '.join(allowed)} (the runs {what}); got {status!r:.80}"
+        )
 
 
 def _caller() -> str:
@@ -138,7 +150,13 @@ class Recovery(Reads):
     ) -> list[str]:
         """Retry every run the filters of `list_runs` select (default: the failed
         ones), a page at a time, each in its own transaction; returns their ids. A run
-        that became live meanwhile is left alone."""
+        that became live meanwhile is left alone.
+
+        Raises:
+            ValidationError: ``status`` is not failed or cancelled (no other run can
+                be retried).
+        """
+        _check_status(status, RETRYABLE, "a retry can take")
         who = _caller() if by is None else check_key(by, "by")
 
         async def retry(backend: Backend, run_id: str) -> bool:
@@ -181,7 +199,14 @@ class Recovery(Reads):
         input_match: Any = None,
     ) -> list[str]:
         """Cancel every live run the filters of `list_runs` select, a page at a time,
-        each in its own transaction; returns the ids of the runs it cancelled."""
+        each in its own transaction; returns the ids of the runs it cancelled.
+
+        Raises:
+            ValidationError: no filter, or ``status`` is not pending, running or
+                waiting (no other run can be cancelled).
+        """
+        if status is not None:
+            _check_status(status, CANCELLABLE, "a cancel can take")
         selected = (workflow, status, since, until, input_match)
         if all(value is None for value in selected):
             raise ValidationError(

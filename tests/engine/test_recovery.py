@@ -201,3 +201,18 @@ def test_bulk_cancel_without_any_filter_is_refused(app: App) -> None:
         app.cancel_runs()
     assert app.get_run(handle.id).status == "pending"  # nothing was cancelled
     assert app.cancel_runs(pipeline) == [handle.id]
+
+
+def test_bulk_actions_refuse_a_status_they_cannot_take(app: App) -> None:
+    pipeline = _pipeline(app, Calls())
+    handle = app.start(pipeline)
+    for status in ("running", "pending", "completed"):
+        with pytest.raises(ValidationError, match="one of failed, cancelled"):
+            app.retry_runs(pipeline, status=status)
+    for status in ("completed", "failed", "cancelled"):
+        with pytest.raises(ValidationError, match="one of pending, running, waiting"):
+            app.cancel_runs(pipeline, status=status)
+    assert app.get_run(handle.id).status == "pending"  # nothing was cancelled
+    assert [e.type for e in app.get_events(handle.id)] == ["created"]
+    assert app.cancel_runs(pipeline, status="pending") == [handle.id]
+    assert app.retry_runs(pipeline, status="cancelled") == [handle.id]

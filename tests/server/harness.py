@@ -211,3 +211,64 @@ class Dashboard:
             **{k.replace("_", "-"): v for k, v in headers.items()},
         }
         return self.request("POST", path, urllib.parse.urlencode(form).encode(), sent)
+
+
+class RowCounter:
+    """Counts the rows of every table of a test's database (SQLite file or PostgreSQL
+    schema) in one query, from outside the server: what a refused request must not
+    change. Keeps its connection open; `close` it."""
+
+    def __init__(self, database: Any) -> None:
+        self.kind = database.kind
+        if self.kind == "sqlite":
+            import sqlite3
+
+            self._sqlite = sqlite3.connect(
+                f"file:{database.path}?mode=ro", uri=True, check_same_thread=False
+            )
+            names = [
+                row[0]
+                for row in self._sqlite.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    " AND name NOT LIKE 'sqlite_%'"
+                )
+            ]
+            self._query: Any = " UNION ALL ".join(
+                f"SELECT '{n}', count(*) FROM \"{n}\"" for n in names
+            )
+            return
+        import psycopg
+        from psycopg import sql
+
+        self._pg = psycopg.connect(database.url, autocommit=True)
+        names = [
+            row[0]
+            for row in self._pg.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = %s AND table_type = 'BASE TABLE'",
+                (database.schema,),
+            )
+        ]
+        self._query = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {}, count(*) FROM {}").format(
+                sql.Literal(n), sql.Identifier(database.schema, n)
+            )
+            for n in names
+        )
+
+    def count(self) -> dict[str, int]:
+        """Rows per table, now."""
+        conn: Any = self._sqlite if self.kind == "sqlite" else self._pg
+        return {name: number for name, number in conn.execute(self._query).fetchall()}
+
+    def close(self) -> None:
+        (self._sqlite if self.kind == "sqlite" else self._pg).close()
+
+
+def stored_rows(database: Any) -> dict[str, int]:
+    """Rows per table of the test's database, now (see `RowCounter`)."""
+    counter = RowCounter(database)
+    try:
+        return counter.count()
+    finally:
+        counter.close()

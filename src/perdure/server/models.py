@@ -6,15 +6,18 @@ from __future__ import annotations
 import dataclasses
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ..redaction import Redaction
+from .strict import Cancellable, Int32, Retryable, Seconds, Time
 
 __all__ = [
     "ApiError",
+    "BulkCancelIn",
+    "BulkRetryIn",
     "ErrorBody",
     "EventOut",
     "List",
@@ -53,6 +56,13 @@ class Model(BaseModel):
         )
 
 
+class In(Model):
+    """A request body: strict types (no boolean or string taken as a number, no number
+    as a time), as the OpenAPI document describes them."""
+
+    model_config = ConfigDict(strict=True)
+
+
 class ApiError(Model):
     """What went wrong, in words a user understands."""
 
@@ -73,15 +83,15 @@ class List(Model, Generic[T]):
     next_cursor: str | None = None
 
 
-class StartIn(Model):
+class StartIn(In):
     """A run to start. The same ``idempotencyKey`` (per workflow) returns the existing run."""
 
     input: Any = None
-    version: int | None = Field(default=None, ge=1)
+    version: Int32 | None = Field(default=None, ge=1)
     idempotency_key: str | None = None
-    retention_days: int | None = Field(default=None, ge=0)
-    priority: int | None = None
-    delay_seconds: float | None = Field(default=None, ge=0)
+    retention_days: Int32 | None = Field(default=None, ge=0)
+    priority: Int32 | None = Field(default=None, description="Lower runs first (default 100).")
+    delay_seconds: Seconds | None = None
     run_id: str | None = None
 
 
@@ -232,7 +242,7 @@ class CancelOut(Model):
     cancelled: bool
 
 
-class SubscriptionIn(Model):
+class SubscriptionIn(In):
     """A durable topic subscription: start ``workflow`` for events matching ``pattern``."""
 
     pattern: str
@@ -254,19 +264,19 @@ class HealthOut(Model):
     database: str
 
 
-class RetryIn(Model):
+class RetryIn(In):
     """Where a retry resumes: ``fromStep`` (default: the step that failed)."""
 
     from_step: str | None = None
 
 
-class ForkIn(Model):
+class ForkIn(In):
     """A fork: the journal before ``fromStep`` is copied (default: all of it); the new
     run's ``input`` and ``version`` default to the source's."""
 
     from_step: str | None = None
     input: Any = None
-    version: int | None = Field(default=None, ge=1)
+    version: Int32 | None = Field(default=None, ge=1)
 
 
 class RunIdOut(Model):
@@ -275,13 +285,25 @@ class RunIdOut(Model):
     run_id: str
 
 
-class BulkIn(Model):
+class BulkIn(In):
     """Which runs of the workflow a bulk operation takes (the filters of the listing)."""
 
-    status: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Time | None = Field(default=None, description="Created at or after this time.")
+    until: Time | None = Field(default=None, description="Created before this time.")
     input: Any = Field(default=None, description="A JSON value the input must contain.")
+
+
+class BulkRetryIn(BulkIn):
+    """The runs to retry: ``status`` failed (the default) or cancelled."""
+
+    status: Retryable = "failed"
+
+
+class BulkCancelIn(BulkIn):
+    """The live runs to cancel: ``status`` pending, running or waiting (default: all
+    three)."""
+
+    status: Cancellable | None = None
 
 
 class BulkOut(Model):
@@ -290,7 +312,7 @@ class BulkOut(Model):
     run_ids: list[str]
 
 
-class ScheduleIn(Model):
+class ScheduleIn(In):
     """A cron schedule to create or update: each tick starts one run of ``workflow``
     with ``input`` plus ``scheduled_at``."""
 
@@ -299,7 +321,9 @@ class ScheduleIn(Model):
     cron: str = Field(description='Five cron fields, e.g. "0 9 * * MON-FRI".')
     input: dict[str, Any] | None = None
     timezone: str = Field("UTC", description="IANA time zone the cron is read in.")
-    catch_up: str = Field("latest", description="Missed ticks: latest, all or none.")
+    catch_up: Literal["latest", "all", "none"] = Field(
+        "latest", description="Missed ticks: latest, all or none."
+    )
 
 
 class ScheduleOut(Model):

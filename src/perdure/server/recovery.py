@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from .common import ERRORS, app_of
-from .models import BulkIn, BulkOut, ForkIn, RetryIn, RunIdOut
+from .models import BulkCancelIn, BulkOut, BulkRetryIn, ForkIn, RetryIn, RunIdOut
 from .runs import run_of
 
 __all__ = ["router"]
@@ -47,13 +47,13 @@ async def fork_run(
 
 
 @router.post("/bulk/retry", response_model=BulkOut, responses=ERRORS)
-async def bulk_retry(name: str, request: Request, body: BulkIn | None = None) -> BulkOut:
-    """Retry every run of the workflow the filters select (default status: failed),
-    each in its own transaction."""
-    select = body or BulkIn()
+async def bulk_retry(name: str, request: Request, body: BulkRetryIn | None = None) -> BulkOut:
+    """Retry every run of the workflow the filters select (``status``: failed, the
+    default, or cancelled; any other is refused with 422), each in its own transaction."""
+    select = body or BulkRetryIn()
     ids = await app_of(request).retry_runs_async(
         name,
-        status=select.status or "failed",
+        status=select.status,
         since=select.since,
         until=select.until,
         input_match=select.input,
@@ -63,9 +63,10 @@ async def bulk_retry(name: str, request: Request, body: BulkIn | None = None) ->
 
 
 @router.post("/bulk/cancel", response_model=BulkOut, responses=ERRORS)
-async def bulk_cancel(name: str, request: Request, body: BulkIn | None = None) -> BulkOut:
-    """Cancel every live run of the workflow the filters select."""
-    select = body or BulkIn()
+async def bulk_cancel(name: str, request: Request, body: BulkCancelIn | None = None) -> BulkOut:
+    """Cancel every live run of the workflow the filters select (``status``: pending,
+    running or waiting, default all three; any other is refused with 422)."""
+    select = body or BulkCancelIn()
     ids = await app_of(request).cancel_runs_async(
         name, status=select.status, since=select.since, until=select.until,
         input_match=select.input,

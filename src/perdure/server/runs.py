@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -18,6 +17,7 @@ from ..telemetry.tracing import remote_parent
 from .common import ERRORS, Cursor, Limit, app_of
 from .models import CancelOut, EventOut, List, RunOut, SignalOut, StartIn, StartOut, StepOut
 from .paging import page_of
+from .strict import Status, Time
 
 __all__ = ["router"]
 
@@ -69,9 +69,9 @@ async def start_run(
 async def list_runs(
     name: str,
     request: Request,
-    status: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    status: Status | None = None,
+    since: Annotated[Time | None, Query(description="Created at or after this time.")] = None,
+    until: Annotated[Time | None, Query(description="Created before this time.")] = None,
     parent_id: Annotated[str | None, Query(alias="parentId")] = None,
     cursor: Cursor = None,
     limit: Limit = 50,
