@@ -135,6 +135,9 @@ def test_sql_definitions_are_validated_like_python(conn: psycopg.Connection) -> 
         ("SELECT create_flow('f', max_attempts => 0)", "max_attempts"),
         ("SELECT create_flow('f', timeout => 9)", "other options"),
         ("SELECT * FROM start_flow('nope')", "no flow 'nope'"),
+        ("SELECT * FROM start_flow('f', id => 'tenant/42')", "the run id must be"),
+        ("SELECT * FROM start_flow('f', id => '..')", "the run id must be"),
+        ("SELECT * FROM start_flow('f', idempotency_key => 'k/../x')", "idempotency key must"),
         ("SELECT * FROM claim_tasks('f', 'w', qty => 0)", "qty"),
     ]
     for query, message in bad:
@@ -142,6 +145,7 @@ def test_sql_definitions_are_validated_like_python(conn: psycopg.Connection) -> 
             conn.execute(query)
         assert info.value.sqlstate == "PD001"
     assert one(conn, "SELECT count(*) FROM flow_steps WHERE flow = 'f'")[0] == 1  # nothing stored
+    assert one(conn, "SELECT count(*) FROM runs")[0] == 0
     one(conn, "SELECT * FROM start_flow('f')")
     with pytest.raises(psycopg.Error, match="has runs already"):
         conn.execute("SELECT add_step('f', 'later', deps => ARRAY['a'])")  # a run keeps its shape
