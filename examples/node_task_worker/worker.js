@@ -33,6 +33,8 @@ async function main() {
       await new Promise((resolve) => setTimeout(resolve, 200)); // poll again soon
       continue;
     }
+    // task.lease_token is a bigint of 64 random bits: node-postgres gives it as a
+    // string, which goes back as it came (a Number would round it).
     for (const task of rows) {
       try {
         const output = handle(task.input);

@@ -14,7 +14,7 @@ from .serialization import encode
 from .telemetry.exposition import render as render_metrics
 from .telemetry.live import count_cancelled, metric_store, signal_span, wants_signals
 from .telemetry.live import current as current_telemetry
-from .validation import check_key, lookup_id
+from .validation import check_id, lookup_id
 
 __all__ = ["Steering"]
 
@@ -156,4 +156,4 @@ def _event_parts(
     """A signal's or event's payload as JSON and its key, after checking all three."""
     validate_event_name(event)
     payload_json = encode(payload, what=f"the payload of {what} {event!r}")
-    return payload_json, None if idempotency_key is None else check_key(idempotency_key)
+    return payload_json, None if idempotency_key is None else check_id(idempotency_key)

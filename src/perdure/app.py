@@ -45,7 +45,7 @@ from .retry import RetryPolicy
 from .serialization import encode
 from .settings import Settings
 from .telemetry.tracing import current_traceparent
-from .validation import check_int, check_key, check_time
+from .validation import check_id, check_int, check_time
 from .worker import Worker
 from .worker.handoff import LocalStarts
 from .workflow import Body, Registry, define_workflow
@@ -368,6 +368,7 @@ class App(Recovery, Steering, ScheduleClient):
             idempotency_key: the same key (per workflow) returns the existing run
                 (``handle.created`` False) whatever its input, never a second one; a
                 differing input is logged and recorded as a ``duplicate_start`` event.
+                It follows the character rule of ``run_id``.
             priority: lower numbers are claimed first (default: the workflow's, else 100).
             delay: start no earlier than this long from now.
             run_at: start no earlier than this (timezone-aware) time.
@@ -376,8 +377,10 @@ class App(Recovery, Steering, ScheduleClient):
             version: run this version instead of the highest registered one.
             retention_days: keep the finished run this many days (capped by
                 ``PERDURE_MAX_RETENTION_DAYS``).
-            run_id: the run's id (1-255 characters; default a new ULID). Starting with
-                an id that exists returns that run, like an idempotency key.
+            run_id: the run's id (default a new ULID): 1-255 characters, none of '/',
+                '\\', '?', '#', '%' or a control character, and not '.' or '..' (so
+                every id can be addressed in a URL; docs/limits.md). Starting with an
+                id that exists returns that run, like an idempotency key.
             debounce_key: with ``debounce`` (a duration): while a run started with this
                 key is still pending, a start with the same key gives it this input
                 and pushes it back by ``debounce``, and returns its handle; one run
@@ -386,7 +389,7 @@ class App(Recovery, Steering, ScheduleClient):
         Returns:
             A `RunHandle`.
         """
-        new_id = new_run_id() if run_id is None else check_key(run_id, "run_id")
+        new_id = new_run_id() if run_id is None else check_id(run_id, "run_id")
         flow = await self._flow_to_start(workflow, version)
         name, resolved_version, options, registered = (
             (flow.name, flow.version, {}, True)
@@ -396,7 +399,7 @@ class App(Recovery, Steering, ScheduleClient):
         input_json = encode(
             input, what=f"the input of workflow {name!r}", max_bytes=self.settings.max_payload_bytes
         )
-        key = None if idempotency_key is None else check_key(idempotency_key)
+        key = None if idempotency_key is None else check_id(idempotency_key)
         prio = options.get("priority", 100) if priority is None else check_int(priority, "priority")
         if delay is not None and run_at is not None:
             raise ValidationError("pass either delay or run_at, not both")
@@ -514,7 +517,7 @@ class App(Recovery, Steering, ScheduleClient):
         A bad ``timeout`` is refused before anything is stored."""
         limit = None if timeout is None else to_seconds(timeout, what="timeout")
         run_id = start_options.pop("run_id", None)
-        run_id = new_run_id() if run_id is None else check_key(run_id, "run_id")
+        run_id = new_run_id() if run_id is None else check_id(run_id, "run_id")
         # Waiting from before the start: the end cannot slip by, so a new run needs no
         # read before its end notice (or this process's worker) says how it ended.
         async with RunEndWait(await self._backend(), run_id) as waiting:

@@ -8,14 +8,17 @@ understands; lookups by run id raise `RunNotFound` for anything that names no ru
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from .errors import PerdureError, RunNotFound, ValidationError
 
 __all__ = [
+    "ID_RULE",
     "MAX_KEY_LENGTH",
     "TIME_RANGE",
     "check_aware",
+    "check_id",
     "check_int",
     "check_key",
     "check_time",
@@ -26,6 +29,16 @@ __all__ = [
 MAX_KEY_LENGTH = 255
 #: Times a caller gives (run_at, deadline) must lie within this of now.
 TIME_RANGE = timedelta(days=36525)  # 100 years
+
+#: What a run id or idempotency key may not hold, so that every id stored can be
+#: addressed as one URL path segment: '/', '\', '?', '#', '%' and control characters
+#: (C0, DEL, C1). The SQL producers mirror it (check_id in 10_check_key.sql).
+_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f/\\?#%]")
+#: The rule in words, as errors and docs state it.
+ID_RULE = (
+    f"1-{MAX_KEY_LENGTH} characters, none of '/', '\\', '?', '#', '%' or a control "
+    "character, and not '.' or '..'"
+)
 
 
 def _storable(text: str) -> bool:
@@ -40,14 +53,29 @@ def _storable(text: str) -> bool:
 
 
 def check_key(value: object, what: str = "idempotency_key") -> str:
-    """A run id or idempotency key: a string of 1-255 characters, no NUL or lone
-    surrogate."""
+    """A key that is never a path segment (a debounce key, a step name to retry from):
+    a string of 1-255 characters, no NUL or lone surrogate. Run ids and idempotency
+    keys follow the stricter `check_id`."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_LENGTH or not _storable(value):
         shown = repr(value)[:80]
         raise ValidationError(
             f"{what} must be a string of 1-{MAX_KEY_LENGTH} characters without NUL or lone "
             f"surrogates, got {shown}"
         )
+    return value
+
+
+def check_id(value: object, what: str = "idempotency_key") -> str:
+    """A run id or idempotency key a caller chooses: `ID_RULE` (any other character,
+    spaces, ':', '@' and non-ASCII letters included, is allowed)."""
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_KEY_LENGTH
+        or value in (".", "..")
+        or _ID_FORBIDDEN.search(value) is not None
+        or not _storable(value)
+    ):
+        raise ValidationError(f"{what} must be {ID_RULE}; got {repr(value)[:80]}")
     return value
 
 

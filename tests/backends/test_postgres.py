@@ -376,7 +376,7 @@ async def test_claim_is_one_statement_with_journal_and_waits(
     assert claim.journal[1].completed_at is not None
     assert claim.journal[1].completed_at.tzinfo is not None
     assert claim.waits == ()
-    assert claim.lease_token > 0
+    assert claim.lease_token != 0
 
 
 async def test_claim_and_apply_batch_take_one_round_trip_each(
@@ -597,7 +597,7 @@ async def test_stale_token_writes_nothing(make_backend: BackendFactory) -> None:
         await asyncio.sleep(0.005)
     [new] = taken
     assert new.recovered
-    assert new.lease_token > old.lease_token
+    assert new.lease_token != old.lease_token
     stale = Transition(
         run_id,
         old.lease_token,
@@ -711,3 +711,24 @@ async def test_an_upgraded_install_is_the_same_as_a_fresh_one(
     finally:
         await upgraded.close()
         await admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(old)))
+
+
+async def test_the_upgrade_takes_lease_tokens_out_of_the_claimed_events_stored_before(
+    make_backend: BackendFactory, admin: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    backend = await make_backend()
+    run_id = (await backend.create_run(_new())).run.id
+    await backend.claim_runs(ClaimParams("w1", (("wf", 1),), 1, 30))
+    stored = json.dumps({"worker": "w0", "lease_token": 1795633750577})
+    await admin.execute(
+        "INSERT INTO events (run_id, type, data) VALUES (%s, 'claimed', %s::jsonb)",
+        (run_id, stored),
+    )
+    (migration,) = [
+        m
+        for m in load_migrations("perdure.backends.postgres")
+        if m.name.endswith("_claimed_without_token.sql")
+    ]
+    await admin.execute(migration.sql)
+    claimed = [e.data for e in await backend.get_events(run_id) if e.type == "claimed"]
+    assert sorted(claimed, key=str) == [{"worker": "w0"}, {"worker": "w1"}]

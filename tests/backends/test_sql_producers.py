@@ -18,6 +18,8 @@ from perdure import App, Context
 
 pytestmark = pytest.mark.postgres
 
+VICTIM = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+
 
 @pytest.fixture
 def app(postgres_database) -> Iterator[App]:  # type: ignore[no-untyped-def]
@@ -102,6 +104,16 @@ def test_cancel_and_publish_from_sql(app: App, conn: psycopg.Connection, postgre
         ("start_run", ("onboard-user", "{}", None, None, "infinity"), "within 100 years"),
         ("start_run", ("onboard-user", "{}", None, None, None, ""), "run id"),
         ("start_run", ("onboard-user", "{}", None, None, None, "r" * 256), "run id"),
+        ("start_run", ("onboard-user", "{}", None, None, None, "tenant/42"), "run id"),
+        ("start_run", ("onboard-user", "{}", None, None, None, f"zz/../{VICTIM}"), "run id"),
+        ("start_run", ("onboard-user", "{}", None, None, None, ".."), "run id"),
+        ("start_run", ("onboard-user", "{}", None, None, None, "bell\x07"), "run id"),
+        ("start_run", ("onboard-user", "{}", None, None, None, "c1\x85"), "run id"),
+        ("start_run", ("onboard-user", "{}", None, None, None, "a?b#c%d\\e"), "run id"),
+        ("start_run", ("onboard-user", "{}", "key/1"), "idempotency key"),
+        ("start_run", ("onboard-user", "{}", "key\n1"), "idempotency key"),
+        ("signal_run", (VICTIM, "verified", "{}", "s/1"), "idempotency key"),
+        ("publish", ("go", "{}", "a/../b"), "idempotency key"),
         ("signal_run", ("01ARZ3NDEKTSV4RRFFQ69G5FAV", "verified", "[" * 70 + "]" * 70), "nested"),
         ("signal_run", ("01ARZ3NDEKTSV4RRFFQ69G5FAV", "verified", "{}", ""), "idempotency key"),
         ("publish", ("go", "[" * 70 + "]" * 70), "nested"),
@@ -270,6 +282,36 @@ def test_a_producer_only_role_can_start_signal_cancel_and_publish_and_nothing_el
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(statement.format(sql.Identifier(schema)))
         assert app.get_run(str(run_id)).status == "cancelled"
+    finally:
+        with psycopg.connect(postgres_database.url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_producer_only_role_cannot_store_an_id_no_route_can_address(
+    app: App, postgres_database
+) -> None:  # type: ignore[no-untyped-def]
+    schema = postgres_database.schema
+    role = f"perdure_test_client_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_database.url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("GRANT perdure_producer TO {}").format(sql.Identifier(role)))
+    try:
+        url = psycopg.conninfo.make_conninfo(postgres_database.url, user=role)
+        with psycopg.connect(url, autocommit=True) as conn:
+            target = call(conn, schema, "start_run", "onboard-user", "{}", None, None, None, "t")
+            for bad in ("tenant/42", f"zz/../{VICTIM}", "..", ".", "a\x01b", "a\x9fb", "a%2F"):
+                with pytest.raises(psycopg.Error, match="the run id must be") as info:
+                    named(conn, schema, "start_run", workflow="onboard-user", run_id=bad)
+                assert info.value.sqlstate == "PD001"
+                for function, args in (
+                    ("start_run", {"workflow": "onboard-user"}),
+                    ("signal_run", {"run_id": target, "event": "verified"}),
+                    ("publish", {"event": "user.signup"}),
+                ):
+                    with pytest.raises(psycopg.Error, match="the idempotency key must be"):
+                        named(conn, schema, function, idempotency_key=bad, **args)
+        assert [r.id for r in app.list_runs().items] == ["t"]
+        assert [e.type for e in app.get_events("t")] == ["created"]
     finally:
         with psycopg.connect(postgres_database.url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

@@ -362,7 +362,7 @@ def test_processes_never_double_claim(db_path: Path, tmp_path: Path) -> None:
 async def test_lease_expiry_and_fencing(backend: SQLiteBackend, clock: FakeClock) -> None:
     created = await backend.create_run(new_run())
     first = await claim_one(backend, "w1", lease=10)
-    assert first.lease_token > 0
+    assert first.lease_token != 0
     assert not first.recovered
     assert await backend.claim_runs(ClaimParams("w2", PAIRS, 5, 10)) == []
     assert await backend.extend_leases("w1", [(created.run.id, first.lease_token)], 10) == {
@@ -371,7 +371,7 @@ async def test_lease_expiry_and_fencing(backend: SQLiteBackend, clock: FakeClock
     clock.advance(11)
     second = await claim_one(backend, "w2", lease=10)
     assert second.recovered
-    assert second.lease_token > first.lease_token
+    assert second.lease_token != first.lease_token
     assert second.claims_since_progress == 2
     stale = await backend.apply([Transition(created.run.id, 1, outcome=Complete("1"))])
     assert [r.ok for r in stale] == [False]
@@ -561,7 +561,7 @@ async def test_retry_and_release(backend: SQLiteBackend, clock: FakeClock) -> No
     assert run is not None
     assert run.status == "waiting"
     assert run.wake_reason is None
-    assert (await claim_one(backend)).lease_token > c.lease_token
+    assert (await claim_one(backend)).lease_token != c.lease_token
 
 
 async def test_child_failure_reaches_parent(backend: SQLiteBackend) -> None:
@@ -1168,3 +1168,23 @@ async def test_wake_at_is_none_for_infinity(backend: SQLiteBackend, clock: FakeC
     assert run.created_at == datetime.fromtimestamp(T0, UTC)
     assert run.created_at.tzinfo is UTC
     assert timedelta(0) == run.created_at - datetime.fromtimestamp(T0, UTC)
+
+
+async def test_the_upgrade_takes_lease_tokens_out_of_the_claimed_events_stored_before(
+    backend: SQLiteBackend, db_path: Path
+) -> None:
+    run_id = (await backend.create_run(new_run())).run.id
+    await claim_one(backend)
+    stored = json.dumps({"worker": "w0", "lease_token": 1795633750577})
+    (migration,) = [m for m in MIGRATIONS if m.name.endswith("_claimed_without_token.sql")]
+    conn = raw(db_path)
+    try:
+        conn.execute(
+            "INSERT INTO events (run_id, type, data, created_at) VALUES (?, 'claimed', ?, 0)",
+            (run_id, stored),
+        )
+        conn.executescript(migration.sql)
+    finally:
+        conn.close()
+    claimed = [e.data for e in await backend.get_events(run_id) if e.type == "claimed"]
+    assert sorted(claimed, key=str) == [{"worker": "w0"}, {"worker": "w1"}]

@@ -76,9 +76,9 @@ async def test_completing_a_task_hands_over_the_tasks_it_unlocks(backend: Backen
         assert task.run.parent_id == run_id and task.run.status == "running"
         assert task.run.input == {"run": 7, "a": "A"}
         assert task.run.attempt == 1 and not task.recovered
-        assert task.lease_token > 0 and task.claims_since_progress == 1
+        assert task.lease_token != 0 and task.claims_since_progress == 1
         events = [(e.type, e.data) for e in await backend.get_events(task.run.id)]
-        assert ("claimed", {"worker": "w2", "lease_token": task.lease_token}) in events
+        assert ("claimed", {"worker": "w2"}) in events  # a token is never shown
     # the one not handed over is claimable by anyone; the handed ones are leased
     (d,) = await claim(backend, workflows=PAIRS, limit=10)
     assert d.run.parent_step == "d"

@@ -135,6 +135,9 @@ def test_sql_definitions_are_validated_like_python(conn: psycopg.Connection) -> 
         ("SELECT create_flow('f', max_attempts => 0)", "max_attempts"),
         ("SELECT create_flow('f', timeout => 9)", "other options"),
         ("SELECT * FROM start_flow('nope')", "no flow 'nope'"),
+        ("SELECT * FROM start_flow('f', id => 'tenant/42')", "the run id must be"),
+        ("SELECT * FROM start_flow('f', id => '..')", "the run id must be"),
+        ("SELECT * FROM start_flow('f', idempotency_key => 'k/../x')", "idempotency key must"),
         ("SELECT * FROM claim_tasks('f', 'w', qty => 0)", "qty"),
     ]
     for query, message in bad:
@@ -142,6 +145,7 @@ def test_sql_definitions_are_validated_like_python(conn: psycopg.Connection) -> 
             conn.execute(query)
         assert info.value.sqlstate == "PD001"
     assert one(conn, "SELECT count(*) FROM flow_steps WHERE flow = 'f'")[0] == 1  # nothing stored
+    assert one(conn, "SELECT count(*) FROM runs")[0] == 0
     one(conn, "SELECT * FROM start_flow('f')")
     with pytest.raises(psycopg.Error, match="has runs already"):
         conn.execute("SELECT add_step('f', 'later', deps => ARRAY['a'])")  # a run keeps its shape
@@ -269,3 +273,25 @@ def test_flow_runs_under_way_keep_their_order_across_the_upgrade_that_counts_dep
     assert last[1] == "e" and last[3] == {"run": 1, "b": 1, "c": 1, "d": 1}
     complete(last)
     assert app.result(run_id, timeout=5) == {"e": 1}
+
+
+def test_a_task_lease_token_is_random_and_no_event_shows_it(
+    conn: psycopg.Connection, app: App
+) -> None:
+    one(conn, "SELECT create_flow('tokens')")
+    one(conn, "SELECT add_step('tokens', 'each', step_type => 'map')")
+    run_id = one(conn, "SELECT run_id FROM start_flow('tokens', %s::jsonb)", json.dumps([1] * 50))[
+        0
+    ]
+    tasks = conn.execute("SELECT * FROM claim_tasks('tokens', 'sql-1', qty => 50)").fetchall()
+    now_ms = one(conn, "SELECT (extract(epoch FROM perdure_now()) * 1000)::bigint")[0]
+    tokens = [task[5] for task in tasks]
+    assert len(set(tokens)) == 50
+    assert all(abs(token - now_ms) > 10**7 for token in tokens)
+    assert len({(token >> 48) & 0xFFFF for token in tokens}) > 40
+    shown = conn.execute(
+        "SELECT e.data FROM events e JOIN runs r ON r.id = e.run_id"
+        " WHERE r.parent_id = %s AND e.type = 'claimed'",
+        (run_id,),
+    ).fetchall()
+    assert [data for (data,) in shown] == [{"worker": "sql-1"}] * 50

@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlparse
 
 import pytest
 
@@ -193,6 +194,30 @@ def test_cancel_from_the_page_ends_the_run(page: Any, site: tuple[Http, list[str
     page.wait_for_url(f"**/runs/{ids[1]}?notice=cancelled")
     assert page.locator("#run-status").inner_text() == "cancelled"
     assert http.get(f"/v1/workflows/order/runs/{ids[1]}").body["status"] == "cancelled"
+
+
+def test_every_run_id_the_rule_allows_has_a_page_and_none_links_to_another_run(
+    page: Any, site: tuple[Http, list[str]]
+) -> None:
+    http, ids = site
+    runs = "/v1/workflows/order/runs"
+    # The review's id that /runs showed as a link to another run's page is refused.
+    sneaky = http.post(runs, {"input": {"sku": "x"}, "runId": f"zz/../{ids[0]}"})
+    assert sneaky.status == 422
+    odd = ["tenant 42", "order:42@eu-west", "café ✓ 日本", "a..b"]
+    for run_id in odd:
+        assert http.post(runs, {"input": {"sku": "odd"}, "runId": run_id}).status == 201
+    for run_id in odd:
+        page.goto(page.base + "/runs")
+        page.get_by_role("link", name=run_id, exact=True).click()
+        page.locator("#run-status").wait_for()
+        assert unquote(urlparse(page.url).path) == f"/runs/{run_id}"
+        assert page.locator("h1").inner_text().startswith(run_id)
+        page.click("#cancel")
+        page.locator("#run-status", has_text="cancelled").wait_for(timeout=20_000)
+        path = f"{runs}/{quote(run_id, safe='')}"
+        assert http.get(path).body["status"] == "cancelled"
+    assert http.get(f"{runs}/{ids[0]}").body["status"] == "waiting"
 
 
 def test_an_action_posted_from_another_origin_is_refused(site: tuple[Http, list[str]]) -> None:

@@ -8,6 +8,7 @@ import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -154,6 +155,32 @@ def test_bad_requests_answer_4xx_in_one_shape_and_store_nothing(  # type: ignore
             assert reply.body["error"]["message"]
         assert _count(http, "greet") == 1
         assert http.get("/v1/subscriptions").body["items"] == []
+
+
+def test_run_ids_follow_one_rule_and_every_stored_id_can_be_addressed(  # type: ignore[no-untyped-def]
+    database, tmp_path: Path
+) -> None:
+    env = environment(database, tmp_path)
+    with server(env, tmp_path) as http:
+        victim = http.post(RUNS.format("approval"), {"input": {"order": 1}}).body["runId"]
+        refused = ["tenant/42", f"zz/../{victim}", "..", ".", "a\u0001b", "a\u0085b", "q?x=1",
+                   "frag#1", "pct%2F", "back\\slash"]  # fmt: skip
+        for bad in refused:
+            for field in ("runId", "idempotencyKey"):
+                reply = http.post(RUNS.format("greet"), {"input": "x", field: bad})
+                assert (reply.status, reply.body["error"]["type"]) == (422, "ValidationError")
+                assert "must be 1-255 characters" in reply.body["error"]["message"]
+        assert _count(http, "greet") == 0
+        # What the rule allows, each addressed by the routes with its id quoted.
+        for good in ["tenant 42", "order:42@eu-west", "café ✓ 日本", "a..b", "+&=;,"]:
+            started = http.post(RUNS.format("approval"), {"input": {"order": 2}, "runId": good})
+            assert (started.status, started.body["runId"]) == (201, good)
+            path = f"{RUNS.format('approval')}/{quote(good, safe='')}"
+            assert http.get(path).body["id"] == good
+            assert http.get(f"{path}/events").body["items"][0]["type"] == "created"
+            assert http.post(f"{path}/signals/poke", {}).status == 200
+            assert http.delete(path).body == {"runId": good, "cancelled": True}
+            assert http.get(path).body["status"] == "cancelled"
 
 
 @pytest.mark.parametrize("sqlite_only", [None])

@@ -5,6 +5,7 @@ a DAG-flow task leases tasks of the same flow run in its own transaction)."""
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,10 +21,19 @@ __all__ = [
     "handed_before",
     "lease_new_tasks",
     "lease_picked",
+    "new_lease_token",
     "pairs_json",
 ]
 
 FLOWS = load_queries(__package__, "flows.sql")
+
+
+def new_lease_token() -> int:
+    """A new lease token, SQL function ``new_lease_token()`` of every connection: 64
+    random bits from `secrets` as a signed 64-bit int, never 0 (the token of a run
+    never claimed). A token cannot be guessed from the claim's time, and one a claim
+    undone by a crash handed out is not handed out again (docs/storage.md)."""
+    return secrets.randbits(64) - 2**63 or 1
 
 
 def pairs_json(pairs: Sequence[tuple[str, int]]) -> str:
@@ -65,9 +75,7 @@ def lease_picked(
         if row["status"] == "running":
             data = json.dumps({"worker": row["lease_owner"]})
             events.append({"run_id": run_id, "type": "lease_expired", "data": data, "now": now})
-        data = json.dumps(
-            {"worker": params.worker_id, "lease_token": claimed[run_id]["lease_token"]}
-        )
+        data = json.dumps({"worker": params.worker_id})
         events.append({"run_id": run_id, "type": "claimed", "data": data, "now": now})
     s.conn.executemany(QUERIES["insert_event"], events)
     journals: dict[str, list[Step]] = {}

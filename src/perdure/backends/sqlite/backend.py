@@ -176,6 +176,7 @@ class SQLiteBackend(Backend):
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.create_function("json_contains", 2, json_contains, deterministic=True)
+            conn.create_function("new_lease_token", 0, _claims.new_lease_token)
         except BaseException:
             conn.close()
             raise

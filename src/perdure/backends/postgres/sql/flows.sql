@@ -150,8 +150,8 @@ due AS (
 claimed AS (
     UPDATE runs AS r SET
         status = 'running',
-        -- as claim_runs: never a token handed out before (docs/storage.md)
-        lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+        -- as claim_runs: 64 random bits (docs/storage.md)
+        lease_token = new_lease_token(),
         lease_owner = %(worker)s::text,
         lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
         available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
@@ -170,7 +170,7 @@ logged AS (
     WHERE c.previous_status = 'running'
     UNION ALL
     SELECT c.id, 'claimed',
-           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
+           jsonb_build_object('worker', %(worker)s::text)
     FROM claimed c
 ),
 woken AS (

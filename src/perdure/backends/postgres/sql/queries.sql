@@ -160,9 +160,8 @@ WITH c AS (
                 %(lease)s::double precision, %(delay)s::double precision)),
             perdure_now() + make_interval(secs => %(deadline_in)s::double precision),
             %(retention_days)s::integer, %(traceparent)s::text, %(worker)s::text,
-            -- the token rule of a claim's (_new_lease) for a row without one
-            CASE WHEN %(worker)s::text IS NULL THEN 0
-                 ELSE greatest(1, (extract(epoch FROM perdure_now()) * 1000)::bigint) END,
+            -- a claim's token (_new_lease), or 0: never claimed
+            CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE new_lease_token() END,
             perdure_now() + make_interval(secs => %(lease)s::double precision),
             CASE WHEN %(worker)s::text IS NOT NULL THEN perdure_now() END,
             CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE 1 END)
@@ -175,8 +174,7 @@ logged AS (
         'workflow', c.workflow, 'version', c.version, 'parent_id', c.parent_id))
     FROM c
     UNION ALL
-    SELECT c.id, 'claimed', jsonb_build_object('worker', c.lease_owner,
-                                               'lease_token', c.lease_token)
+    SELECT c.id, 'claimed', jsonb_build_object('worker', c.lease_owner)
     FROM c
     WHERE c.lease_owner IS NOT NULL
 ),
@@ -826,9 +824,10 @@ claimed AS (
 
 -- name: _new_lease
 -- (a part) The columns both claims set on a run they lease to %(worker)s for %(lease)s
--- seconds. The token is never one handed out before, even by a claim a crash undid
--- (claims commit without waiting for their WAL flush): see docs/storage.md.
-lease_token = greatest(r.lease_token + 1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+-- seconds. The token is 64 random bits (new_lease_token()): never guessed, and never
+-- one a claim a crash undid handed out (claims commit without waiting for their WAL
+-- flush): see docs/storage.md.
+lease_token = new_lease_token(),
         lease_owner = %(worker)s::text,
         lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
         available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
@@ -847,7 +846,7 @@ logged AS (
     WHERE c.previous_status = 'running'
     UNION ALL
     SELECT c.id, 'claimed',
-           jsonb_build_object('worker', %(worker)s::text, 'lease_token', c.lease_token)
+           jsonb_build_object('worker', %(worker)s::text)
     FROM claimed c
 )
 SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.attempt,

@@ -351,8 +351,8 @@ UPDATE runs SET
     version = COALESCE(version, (
         SELECT max(json_extract(value, '$[1]')) FROM json_each(:pairs)
         WHERE json_extract(value, '$[0]') = runs.workflow)),
-    -- A new token never handed out before (see docs/storage.md).
-    lease_token = max(lease_token + 1, CAST(:now * 1000 AS INTEGER)),
+    -- 64 random bits (_claims.new_lease_token; see docs/storage.md).
+    lease_token = new_lease_token(),
     lease_owner = :worker,
     lease_expires_at = :expires,
     available_at = :expires,

@@ -33,7 +33,7 @@ BEGIN
                 p_idempotency_key, p_parent_id, p_parent_step,
                 perdure_now() + make_interval(secs => p_lease), p_deadline_at,
                 p_retention_days, p_lease_owner,
-                greatest(1, (extract(epoch FROM perdure_now()) * 1000)::bigint),
+                new_lease_token(),
                 perdure_now() + make_interval(secs => p_lease), perdure_now(), 1)
         ON CONFLICT DO NOTHING
         RETURNING * INTO run;
@@ -51,8 +51,7 @@ BEGIN
             END IF;
         ELSE
             INSERT INTO events (run_id, type, data)
-            VALUES (p_id, 'claimed', jsonb_build_object('worker', p_lease_owner,
-                                                       'lease_token', run.lease_token));
+            VALUES (p_id, 'claimed', jsonb_build_object('worker', p_lease_owner));
         END IF;
         RETURN;
     END IF;

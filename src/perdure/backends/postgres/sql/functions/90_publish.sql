@@ -16,7 +16,7 @@ CREATE OR REPLACE FUNCTION publish(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM check_value('the payload', publish.payload);
-    PERFORM check_key('the idempotency key', publish.idempotency_key);
+    PERFORM check_id('the idempotency key', publish.idempotency_key);
     RETURN publish_event(publish.event, publish.payload, publish.idempotency_key);
 END
 $$;

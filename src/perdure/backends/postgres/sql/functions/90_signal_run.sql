@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION signal_run(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM check_value('the payload', signal_run.payload);
-    PERFORM check_key('the idempotency key', signal_run.idempotency_key);
+    PERFORM check_id('the idempotency key', signal_run.idempotency_key);
     RETURN deliver_signal(signal_run.run_id, signal_run.event, signal_run.payload,
                           signal_run.idempotency_key) <> 'ended';
 END

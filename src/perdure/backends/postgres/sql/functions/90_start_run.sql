@@ -22,6 +22,8 @@ DECLARE
     v_result record;
 BEGIN
     PERFORM check_value('the input', start_run.input);
+    PERFORM check_id('the run id', start_run.run_id);
+    PERFORM check_id('the idempotency key', start_run.idempotency_key);
     PERFORM check_time('run_at', start_run.run_at);
     SELECT * INTO v_definition FROM workflows w WHERE w.name = start_run.workflow
     ORDER BY w.version DESC LIMIT 1;
@@ -38,8 +40,6 @@ BEGIN
     END IF;
     IF v_definition.options ? 'limited' THEN
         -- A limited workflow: the run joins its '' lane (its key functions are Python's).
-        PERFORM check_key('the idempotency key', start_run.idempotency_key)
-        WHERE start_run.idempotency_key IS NOT NULL;
         SELECT * INTO v_result FROM create_keyed_run(
             coalesce(start_run.run_id, new_run_id()), start_run.workflow, v_definition.version,
             start_run.input,

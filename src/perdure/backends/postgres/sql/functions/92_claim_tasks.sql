@@ -90,8 +90,7 @@ BEGIN
             status = 'running',
             -- a lapsed lease counts as an attempt (a timeout): this claim is the next
             attempt = r.attempt + CASE WHEN due.previous_status = 'running' THEN 1 ELSE 0 END,
-            lease_token = greatest(r.lease_token + 1,
-                                   (extract(epoch FROM perdure_now()) * 1000)::bigint),
+            lease_token = new_lease_token(),
             lease_owner = claim_tasks.worker,
             lease_expires_at = perdure_now() + make_interval(secs => due.lease_seconds),
             available_at = perdure_now() + make_interval(secs => due.lease_seconds),
@@ -110,7 +109,7 @@ BEGIN
         WHERE c.previous_status = 'running'
         UNION ALL
         SELECT c.id, 'claimed',
-               jsonb_build_object('worker', claim_tasks.worker, 'lease_token', c.lease_token)
+               jsonb_build_object('worker', claim_tasks.worker)
         FROM claimed c
     )
     SELECT c.id AS task_id, c.parent_id, c.parent_step, c.task_index, c.input, c.attempt,

@@ -21,8 +21,8 @@ BEGIN
         ARRAY['completed'], ARRAY[NULL], 1, 'complete', NULL, NULL, output::text, NULL,
         '{}', '{}', '{}', '{}', NULL) AS t;
     IF NOT v_ok THEN
-        RAISE NOTICE 'perdure: task %/%/% is not held under lease token %: nothing changed',
-            run_id, step, task_index, lease_token;
+        RAISE NOTICE 'perdure: task %/%/% is not held under this lease token: nothing changed',
+            run_id, step, task_index;
     END IF;
     RETURN v_ok;
 END

@@ -52,8 +52,8 @@ BEGIN
         END IF;
     END IF;
     IF NOT coalesce(v_ok, false) THEN
-        RAISE NOTICE 'perdure: task %/%/% is not held under lease token %: nothing changed',
-            run_id, step, task_index, lease_token;
+        RAISE NOTICE 'perdure: task %/%/% is not held under this lease token: nothing changed',
+            run_id, step, task_index;
     END IF;
     RETURN coalesce(v_ok, false);
 END

@@ -17,6 +17,8 @@ DECLARE
     v_id text;
 BEGIN
     PERFORM check_value('the input', input);
+    PERFORM check_id('the run id', id);
+    PERFORM check_id('the idempotency key', idempotency_key);
     v_id := coalesce(id, new_run_id());
     SELECT * INTO v_result FROM start_flow_run(
         v_id, flow, version, input, coalesce(priority, 100), idempotency_key, 30);
