@@ -30,7 +30,16 @@ from .errors import (
     ValidationError,
 )
 
-__all__ = ["ENVELOPE", "Codec", "CodecError", "FernetCodec", "clear_keys", "open_value", "seal"]
+__all__ = [
+    "ENVELOPE",
+    "Codec",
+    "CodecError",
+    "FernetCodec",
+    "clear_keys",
+    "is_sealed",
+    "open_value",
+    "seal",
+]
 
 #: The key of the envelope object a coded value is stored as.
 ENVELOPE = "~codec"
