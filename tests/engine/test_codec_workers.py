@@ -164,3 +164,81 @@ def test_a_sealed_step_result_in_the_journal_is_never_replayed_without_the_codec
     finally:
         plain.close()
         sealed.close()
+
+
+@pytest.mark.parametrize("reader", ["no codec", "wrong key"])
+def test_a_schedule_with_a_sealed_input_is_fired_only_where_it_can_be_read(
+    database: Any, reader: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = None if reader == "no codec" else FernetCodec(FernetCodec.generate_key())
+    blind = App(database.url, schema=database.schema, sweep_interval=0, codec=other)
+    sealed = App(database.url, schema=database.schema, sweep_interval=0, codec=FernetCodec(KEY))
+    for app in (blind, sealed):
+
+        @app.workflow
+        async def nightly(ctx: Any, input: dict[str, Any]) -> Any:
+            return input["card"]
+
+    try:
+        before = sealed.schedule("nightly", "nightly", "* * * * *", input={"card": CARD})
+        _move_clock(database, 61)  # its first tick is due
+        with caplog.at_level("WARNING", logger="perdure.worker"), blind.worker():
+            wait_for(lambda: "schedule nightly is not fired here" in caplog.text, 30)
+        assert blind.list_runs(workflow="nightly").items == []
+        [schedule] = blind.list_schedules()
+        assert schedule.next_at == before.next_at  # still due, for a worker that can read it
+
+        with sealed.worker():
+            [run] = wait_for(lambda: sealed.list_runs(workflow="nightly").items, 30)
+            assert sealed.result(run.id, timeout=30) == CARD
+        assert CARD not in raw_rows(database)
+    finally:
+        blind.close()
+        sealed.close()
+
+
+def test_a_sealed_signal_that_beats_a_timeout_never_reaches_the_body(database: Any) -> None:
+    """The race inside a pass: the wait's timeout is being journaled when a sealed signal
+    resolves it first, so the stored row wins. A worker without the codec stops the pass
+    there (the body never gets the envelope); the next claim parks the run."""
+    plain = App(database.url, schema=database.schema, sweep_interval=0)
+    sealed = App(database.url, schema=database.schema, sweep_interval=0, codec=FernetCodec(KEY))
+    passes: list[str] = []
+    seen: list[Any] = []
+
+    @plain.workflow
+    async def racer(ctx: Any, _: None) -> Any:
+        await ctx.step.run("first", lambda: 1)
+        passes.append(ctx.run_id)
+        if len(passes) == 2:  # the pass that journals the timeout: the signal comes first
+            await asyncio.to_thread(sealed.signal, ctx.run_id, "go", {"card": CARD})
+        got = await ctx.step.wait_for_event("go", timeout=5)
+        seen.append(got)
+        return got
+
+    @sealed.workflow(name="racer")
+    async def racer_with_key(ctx: Any, _: None) -> Any:
+        await ctx.step.run("first", lambda: 1)
+        return await ctx.step.wait_for_event("go", timeout=5)
+
+    try:
+        run_id = plain.start("racer").id
+        with plain.worker():
+            wait_for(lambda: plain.get_run(run_id).wake_reason == "event", 30)
+            _move_clock(database, 6)  # the timeout passed: the next pass journals it
+            wait_for(
+                lambda: len(passes) == 2 and any(s.name == "go" for s in plain.get_steps(run_id)),
+                30,
+            )
+            _move_clock(database, 31)  # the stopped pass's lease runs out
+            wait_for(lambda: plain.get_run(run_id).wake_reason == "undecodable", 30)
+        assert (len(passes), seen) == (2, [])  # the body never received the envelope
+        run = plain.get_run(run_id)
+        assert (run.status, run.output, run.error) == ("waiting", None, None)
+
+        _move_clock(database, 301)
+        with sealed.worker():
+            assert sealed.result(run_id, timeout=30) == {"card": CARD}
+    finally:
+        plain.close()
+        sealed.close()

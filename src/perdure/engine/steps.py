@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..codec import is_sealed
+from ..codec import unreadable
 from ..errors import (
     ChildTimeout,
     NonDeterminismError,
@@ -42,7 +42,7 @@ from ..records import (
     WaitWrite,
 )
 from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPolicy
-from ..serialization import Undecodable, brief_error, decode, encode, error_from_exception
+from ..serialization import brief_error, decode, encode, error_from_exception
 from ..step_info import StepInfo, entered_step, left_step
 from ..telemetry.hooks import NOOP_PASS, PassHooks
 from .barrier import ParkBarrier
@@ -227,9 +227,7 @@ class PassSteps:
         the body: the pass stops with nothing more written, and once its lease expires
         the next claim holds the row and parks the run (worker/undecodable.py)."""
         stored = _stored(result, key)
-        if stored is not None and (
-            isinstance(stored.output, Undecodable) or is_sealed(stored.output)
-        ):
+        if stored is not None and unreadable(stored.output):
             self._control.abandon("a stored value this worker cannot read")
             self._control.check()
         return stored
