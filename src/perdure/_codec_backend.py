@@ -9,7 +9,8 @@ times pass in clear. One wrapper, one seam: neither the engine nor the backends 
 a codec exists.
 
 A stored value the codec cannot open (a wrong key) reads as an `Undecodable` marker in
-listings and the API, and makes a claimed run fail as ``PoisonRun``, never a worker.
+listings and the API; a claim of such a run is marked ``undecodable`` and the worker
+parks the run for a worker with the right key (worker/undecodable.py).
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ class CodecBackend(Backend):
             journal = tuple(
                 replace(s, output=open_value(self.codec, s.output)) for s in claim.journal
             )
-        except CodecError as exc:  # the worker fails the run as PoisonRun
-            return replace(claim, journal=(), waits=(), poison=str(exc))
+        except CodecError as exc:  # the worker parks the run for a worker with the key
+            return replace(claim, journal=(), waits=(), undecodable=f"cannot decode: {exc}")
         return replace(claim, run=run, journal=journal)
 
     # ------------------------------------------------------------------ lifecycle
@@ -283,6 +284,11 @@ class CodecBackend(Backend):
 
     async def defer_unavailable(self, params: DeferParams) -> list[str]:
         return await self.inner.defer_unavailable(params)
+
+    async def park_undecodable(
+        self, run_id: str, lease_token: int, worker_id: str, reason: str
+    ) -> datetime | None:
+        return await self.inner.park_undecodable(run_id, lease_token, worker_id, reason)
 
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         return await self.inner.next_wake_at(workflows)

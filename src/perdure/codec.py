@@ -29,8 +29,19 @@ from .errors import (
     SerializationError,
     ValidationError,
 )
+from .serialization import Undecodable
 
-__all__ = ["ENVELOPE", "Codec", "CodecError", "FernetCodec", "clear_keys", "open_value", "seal"]
+__all__ = [
+    "ENVELOPE",
+    "Codec",
+    "CodecError",
+    "FernetCodec",
+    "clear_keys",
+    "is_sealed",
+    "open_value",
+    "seal",
+    "unreadable",
+]
 
 #: The key of the envelope object a coded value is stored as.
 ENVELOPE = "~codec"
@@ -97,6 +108,13 @@ def seal(codec: Codec, value: Any) -> dict[str, Any]:
 def is_sealed(value: Any) -> bool:
     """True if ``value`` is an envelope."""
     return isinstance(value, dict) and isinstance(value.get(ENVELOPE), str)
+
+
+def unreadable(value: Any) -> bool:
+    """True if ``value`` is a sealed value this process could not open: an envelope
+    (read without a codec) or an `Undecodable` marker (a codec that cannot open it).
+    No code may compute on such a value (docs/security.md)."""
+    return isinstance(value, Undecodable) or is_sealed(value)
 
 
 def open_value(codec: Codec, value: Any) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from .backends.base import Backend
+from .codec import unreadable
 from .errors import BackendError, PerdureError
 from .ids import new_run_id
 from .limits import flow_control
@@ -138,6 +139,13 @@ async def fire_due_schedules(backend: Backend, registry: Registry, settings: Set
     fired = 0
     now = await backend.now()
     for schedule in await backend.due_schedules():
+        if unreadable(schedule.input):  # left due for a process that can read it
+            log.warning(
+                "schedule %s is not fired here: its input is sealed by a codec this process "
+                "lacks or cannot open",
+                schedule.name,
+            )
+            continue
         ticks, following = ticks_to_fire(schedule, now)
         for tick in ticks:
             await start_tick(backend, registry, settings, schedule, tick)

@@ -31,7 +31,7 @@ ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "running", "waiting"})
 
 StepKind = Literal["run", "sleep", "wait", "child", "rollback"]
 StepStatus = Literal["completed", "failed", "retrying"]
-WakeReason = Literal["sleep", "event", "retry", "child", "version", "released"]
+WakeReason = Literal["sleep", "event", "retry", "child", "version", "released", "undecodable"]
 
 
 # --------------------------------------------------------------------------- public
@@ -340,6 +340,9 @@ class Claim:
     recovered: bool = False
     #: why the run's stored data cannot be decoded (it then fails as PoisonRun)
     poison: str | None = None
+    #: why this worker cannot open the run's sealed values (no codec, a wrong key): it
+    #: parks the run for a worker that can (`Backend.park_undecodable`)
+    undecodable: str | None = None
     #: the W3C traceparent stored at the run's start (`NewRun.traceparent`)
     traceparent: str | None = None
 

@@ -455,6 +455,22 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def park_undecodable(
+        self, run_id: str, lease_token: int, worker_id: str, reason: str
+    ) -> datetime | None:
+        """Park a claimed run whose sealed values this worker cannot open (no codec, or
+        a key that does not open them), so a worker that can read it takes it later.
+
+        Fenced as `apply` is (``run_id``, ``lease_token``, status ``running``): status
+        ``waiting``, ``wake_reason`` ``undecodable``, lease cleared,
+        ``claims_since_progress`` 0 (parking is not a crash), ``available_at`` = now +
+        min(300, 5 * 2**n) seconds where n counts the run's earlier ``undecodable``
+        events, and an ``undecodable`` event (data: worker, reason, retry_in). Nothing
+        else changes: journal, waits and input stay as they are. Never fails a run.
+        Returns the new ``available_at``, or None when the fence failed.
+        """
+
+    @abc.abstractmethod
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         """The earliest ``available_at`` of any pending/waiting/running run of these
         (workflow, version) pairs, or None (nothing scheduled)."""

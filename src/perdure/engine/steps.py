@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..codec import unreadable
 from ..errors import (
     ChildTimeout,
     NonDeterminismError,
@@ -211,7 +212,7 @@ class PassSteps:
                 return await self._step_error(key, "run", exc, attempt, started, retry)
             finally:
                 left_step(token)
-        stored = _stored(result, key)
+        stored = self._stored(result, key)
         if stored is not None:  # a row was there first: it wins, and nothing was written
             self.journal[key] = stored
             if stored.status == "failed":
@@ -219,6 +220,17 @@ class PassSteps:
             return stored.output
         self.journal[key] = Step(key, "run", "completed", call.value, None, attempt, started, None)
         return call.value
+
+    def _stored(self, result: TransitionResult, key: str) -> Step | None:
+        """The row stored first under ``key`` (it wins), if any. One whose value this
+        worker cannot read (sealed by a codec it lacks, or cannot open) must never reach
+        the body: the pass stops with nothing more written, and once its lease expires
+        the next claim holds the row and parks the run (worker/undecodable.py)."""
+        stored = _stored(result, key)
+        if stored is not None and unreadable(stored.output):
+            self._control.abandon("a stored value this worker cannot read")
+            self._control.check()
+        return stored
 
     def _stop_if_replay_only(self) -> None:
         if self.replay_only:
@@ -380,7 +392,7 @@ class PassSteps:
             )
         # A signal resolved one of them first: it wins.
         for name, sibling in zip(events, siblings, strict=True):
-            stored = _stored(result, sibling)
+            stored = self._stored(result, sibling)
             if stored is not None and stored.output != TIMED_OUT:
                 self.journal[sibling] = stored
                 return Received(name, stored.output)
@@ -473,7 +485,7 @@ class PassSteps:
                     step_attempts=step_attempts,
                 )
             )
-        stored = _stored(result, write.key) or Step(
+        stored = self._stored(result, write.key) or Step(
             write.key,
             write.kind,
             write.status,

@@ -26,11 +26,12 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._codec_backend import CodecBackend
 from .._logging import quiet_repeats
 from .._tasks import cancel_and_wait
 from ..backends.base import Backend
@@ -60,6 +61,7 @@ from .idle import BUSY_CLAIM_DELAY, defer_unavailable, release_orphans, time_to_
 from .options import check_options
 from .poison import fail_poison
 from .startup import StoppedAtStart, until_reachable
+from .undecodable import park_undecodable, sealed_without_codec
 from .wakes import WakeTimes
 
 T = TypeVar("T")
@@ -159,7 +161,9 @@ class Worker:
         #: how long a run of an unknown version may stay due before it is deferred
         self.unavailable_grace = 5.0
         self._deferred_at = -1e9
-        self._side: set[asyncio.Task[None]] = set()  # poison runs being failed
+        self._side: set[asyncio.Task[None]] = set()  # poison runs being failed or parked
+        self._backend: Backend | None = None
+        self._codec = False  # values reach it opened by the codec wrapper
 
     # ------------------------------------------------------------------ public lifecycle
 
@@ -258,6 +262,7 @@ class Worker:
     async def _start_up(self) -> tuple[Backend, tuple[tuple[str, int], ...]]:
         """Open the database and register this worker; the served (name, version) pairs."""
         backend = await self._until_reachable(self._connections.backend)
+        self._backend, self._codec = backend, isinstance(backend, CodecBackend)
         definitions = self._registry.select(self.patterns)
         tasks = self._registry.task_pairs(self.patterns)  # DAG-flow steps with a handler
         if not definitions and not tasks:
@@ -471,9 +476,13 @@ class Worker:
 
     def _start(self, claim: Claim, services: RunServices) -> None:
         if claim.poison is not None:
-            task = asyncio.create_task(fail_poison(claim, services))
-            self._side.add(task)
-            task.add_done_callback(self._side.discard)
+            self._side_task(fail_poison(claim, services))
+            return
+        unreadable = claim.undecodable or (None if self._codec else sealed_without_codec(claim))
+        if unreadable is not None:
+            assert self._backend is not None
+            parking = park_undecodable(claim, unreadable, self._backend, self.id, self._note_wake)
+            self._side_task(parking)
             return
         definition = self._registry.get(claim.run.workflow, claim.run.version)
         run = claim.run
@@ -496,6 +505,11 @@ class Worker:
             )
         self._active.start(claim.run.id, Runner(claim, definition, services))
         self.claimed += 1
+
+    def _side_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
 
     def _on_notice(self, notice: Notice) -> None:
         # With limits, another worker's run ending may free a slot (this worker's own

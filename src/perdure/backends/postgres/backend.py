@@ -386,6 +386,15 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         )
         return [str(row[0]) for row in rows]
 
+    async def park_undecodable(
+        self, run_id: str, lease_token: int, worker_id: str, reason: str
+    ) -> datetime | None:
+        row = await self._db.one(
+            QUERIES["park_undecodable"],
+            {"id": run_id, "token": lease_token, "worker": worker_id, "reason": reason},
+        )
+        return None if row is None else row[0]
+
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         if not workflows:
             return None

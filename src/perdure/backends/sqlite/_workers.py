@@ -401,6 +401,23 @@ def defer_unavailable(s: Session, params: DeferParams) -> list[str]:
     return deferred
 
 
+def park_undecodable(
+    s: Session, run_id: str, lease_token: int, worker_id: str, reason: str
+) -> datetime | None:
+    with s.write() as now:
+        count = s.one(QUERIES["count_undecodable"], {"id": run_id})
+        delay = min(300.0, 5.0 * 2 ** int(count["n"] if count else 0))
+        row = s.one(
+            QUERIES["park_undecodable"],
+            {"id": run_id, "token": lease_token, "available_at": micro(now + delay), "now": now},
+        )
+        if row is None:
+            return None
+        data = {"worker": worker_id, "reason": reason, "retry_in": delay}
+        add_event(s, run_id, "undecodable", data, now)
+    return to_dt(row["available_at"])
+
+
 def register_worker(s: Session, info: WorkerInfo) -> None:
     with s.write() as now:
         s.run(

@@ -414,6 +414,11 @@ class SQLiteBackend(Backend):
     async def defer_unavailable(self, params: DeferParams) -> list[str]:
         return await self._call(_workers.defer_unavailable, params)
 
+    async def park_undecodable(
+        self, run_id: str, lease_token: int, worker_id: str, reason: str
+    ) -> datetime | None:
+        return await self._call(_workers.park_undecodable, run_id, lease_token, worker_id, reason)
+
     async def next_wake_at(self, workflows: Sequence[tuple[str, int]]) -> datetime | None:
         if not workflows:
             return None

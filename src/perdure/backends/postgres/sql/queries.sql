@@ -740,6 +740,37 @@ WITH due AS (
 )
 SELECT id FROM parked
 
+-- name: park_undecodable
+-- Park a claimed run whose sealed values its worker cannot open (5 s doubling to 5 min).
+WITH held AS (
+    SELECT r.id,
+           least(300, 5 * power(2, (SELECT count(*) FROM events e
+                                    WHERE e.run_id = r.id AND e.type = 'undecodable')))
+               AS delay
+    FROM runs r
+    WHERE r.id = %(id)s AND r.lease_token = %(token)s AND r.status = 'running'
+    FOR UPDATE
+), parked AS (
+    UPDATE runs r SET
+        status = 'waiting',
+        wake_reason = 'undecodable',
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        claims_since_progress = 0,
+        available_at = perdure_now() + make_interval(secs => h.delay),
+        updated_at = perdure_now()
+    FROM held h
+    WHERE r.id = h.id AND commit_unsynced()  -- parked again by the next claim if lost
+    RETURNING r.id, r.available_at, h.delay
+), logged AS (
+    INSERT INTO events (run_id, type, data)
+    SELECT id, 'undecodable',
+           jsonb_build_object('worker', %(worker)s::text, 'reason', %(reason)s::text,
+                              'retry_in', delay)
+    FROM parked
+)
+SELECT available_at FROM parked
+
 -- name: runs_stats_stale
 -- True when runs grew a lot since its last ANALYZE (judged by its size on disk, which,
 -- unlike the statistics collector's counters, is never behind).

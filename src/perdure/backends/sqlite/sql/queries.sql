@@ -577,6 +577,23 @@ UPDATE runs SET
     updated_at = :now
 WHERE id = :id
 
+-- name: count_undecodable
+-- How many times workers could not open the run's sealed values (its backoff).
+SELECT count(*) AS n FROM events WHERE run_id = :id AND type = 'undecodable'
+
+-- name: park_undecodable
+-- Park a claimed run whose sealed values its worker cannot open, if it still holds it.
+UPDATE runs SET
+    status = 'waiting',
+    wake_reason = 'undecodable',
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    claims_since_progress = 0,
+    available_at = :available_at,
+    updated_at = :now
+WHERE id = :id AND lease_token = :token AND status = 'running'
+RETURNING available_at
+
 -- name: step_seq
 -- The write position of one journal row.
 SELECT seq FROM steps WHERE run_id = :run_id AND key = :key
