@@ -216,6 +216,7 @@ class App(Recovery, Steering, ScheduleClient):
         max_attempts: int = 3,
         base_delay: float = 1.0,
         timeout: float = 60.0,
+        max_tasks: int = 10_000,
     ) -> Flow:
         """A DAG flow (DESIGN §6): add steps with ``@flow.step`` / ``@flow.map``.
 
@@ -228,6 +229,8 @@ class App(Recovery, Steering, ScheduleClient):
                 ``base_delay * 2**n``. Default 1.
             timeout: seconds a task may run before it counts as failed (and is
                 retried). Default 60.
+            max_tasks: the most tasks a map step may create (a step may set its own);
+                a longer list fails the run, with none of its tasks. Default 10,000.
 
         Raises:
             ConfigurationError: the app has a payload codec. A flow's database rules
@@ -245,6 +248,7 @@ class App(Recovery, Steering, ScheduleClient):
             max_attempts=max_attempts,
             base_delay=base_delay,
             timeout=timeout,
+            max_tasks=max_tasks,
             on_change=self._registry.changed,
         )
         self._registry.add_flow(flow)

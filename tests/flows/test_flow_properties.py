@@ -1,9 +1,9 @@
-"""Random DAGs (up to 8 steps, random maps, outputs and failures) run through each
-backend, with the pure planner as the oracle: the same status, the same output, every
-step's output, one task per map element, and nothing left live after the end. A run
-that failed is then retried with the failures fixed (from a random step, or from what
-did not complete): it ends as the planner says, and no step that had completed runs
-again unless the retry's ``from_step`` reaches it."""
+"""Random DAGs (up to 8 steps, random maps with random bounds, outputs and failures)
+run through each backend, with the pure planner as the oracle: the same status, the
+same output, every step's output, one task per map element, and nothing left live
+after the end. A run that failed is then retried with the failures fixed (from a
+random step, or from what did not complete): it ends as the planner says, and no step
+that had completed runs again unless the retry's ``from_step`` reaches it."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _define(
     calls: list[str],
 ) -> str:
     name = f"rand{next(_names)}"
-    flow = app.flow(name, max_attempts=1, base_delay=0)
+    flow = app.flow(name, max_attempts=1, base_delay=0, max_tasks=shape.max_tasks)
     for step in shape.steps:
 
         def handler(ctx: TaskContext, value: Any, step_name: str = step.name) -> Any:
@@ -50,7 +50,13 @@ def _define(
         if step.map_over is None:
             flow.step(handler, name=step.name, depends_on=step.depends_on)
         else:
-            flow.map(handler, name=step.name, over=step.map_over, depends_on=step.depends_on)
+            flow.map(
+                handler,
+                name=step.name,
+                over=step.map_over,
+                depends_on=step.depends_on,
+                max_tasks=step.max_tasks,
+            )
     return name
 
 
@@ -60,7 +66,7 @@ def _define(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    shape=shapes(max_steps=8),
+    shape=shapes(max_steps=8, bounded=True),
     run_input=st.one_of(st.lists(st.integers(0, 9), max_size=3), st.just({"a": 1})),
     sizes=st.dictionaries(
         st.sampled_from([f"s{i}" for i in range(8)]),

@@ -32,7 +32,7 @@ def _handler(sizes: dict[str, Any], fail: set[tuple[str, int]], seen: list[Any])
 
 @settings(max_examples=200, deadline=None)
 @given(
-    shape=shapes(),
+    shape=shapes(bounded=True),
     run_input=st.one_of(st.lists(st.integers(), max_size=3), st.just({"a": 1})),
     sizes=st.dictionaries(
         st.sampled_from([f"s{i}" for i in range(12)]),
@@ -64,14 +64,17 @@ def test_random_flows_keep_the_rules(
             if step.map_over is not None:
                 source = run_input if step.map_over == "run" else outcome.outputs[step.map_over]
                 assert isinstance(source, list)
+                assert len(source) <= shape.max_tasks_of(step)
                 assert len(outcome.outputs[step.name]) == len(source)
                 tasks = [i for s, i, _ in seen if s == step.name]
                 assert tasks == list(range(len(source)))  # one task per element, in order
     else:
         failed = shape.step(outcome.failed_step or "")
-        assert failed.map_over is not None  # only a map over a non-list fails here
+        # only a map over a non-list, or over more elements than its max_tasks, fails here
+        assert failed.map_over is not None
         source = run_input if failed.map_over == "run" else outcome.outputs[failed.map_over]
-        assert not isinstance(source, list)
+        assert not isinstance(source, list) or len(source) > shape.max_tasks_of(failed)
+        assert all(s != failed.name for s, _, _ in seen)  # none of its tasks ran
 
 
 @settings(max_examples=100, deadline=None)
@@ -128,6 +131,62 @@ def test_a_map_over_a_non_list_fails_naming_the_step() -> None:
     assert result.failure is not None
     assert result.failure[0] == "each"
     assert "'each'" in result.failure[1] and "an object" in result.failure[1]
+
+
+def test_a_map_over_more_than_max_tasks_fails_naming_the_step_and_the_count() -> None:
+    steps = (StepShape("first"), StepShape("fan", (), "run"), StepShape("last"))
+    shape = FlowShape("f", steps=steps, max_tasks=3)
+    at_bound = advance(shape, [1, 2, 3], {}, set())
+    assert at_bound.failure is None
+    assert [t.index for t in at_bound.tasks if t.step == "fan"] == [0, 1, 2]
+    over = advance(shape, [1, 2, 3, 4], {}, set())
+    assert over.failure == (
+        "fan",
+        "map step 'fan' would create 4 tasks, over its max_tasks of 3 (flow 'f': set a "
+        "higher max_tasks on the step or the flow to allow more)",
+    )
+    assert [t.step for t in over.tasks] == ["first"]  # none of fan's, none after it
+    # a step's own bound overrides the flow's, up or down
+    raised = FlowShape("f", steps=(StepShape("fan", (), "run", max_tasks=5),), max_tasks=3)
+    assert advance(raised, [1, 2, 3, 4, 5], {}, set()).failure is None
+    lowered = FlowShape("f", steps=(StepShape("fan", (), "run", max_tasks=2),))
+    failure = advance(lowered, [1, 2, 3], {}, set()).failure
+    assert failure is not None and "3 tasks, over its max_tasks of 2" in failure[1]
+    # the default bound: 10,000
+    wide = FlowShape("f", steps=(StepShape("fan", (), "run"),))
+    assert advance(wide, [0] * 10_000, {}, set()).failure is None
+    failure = advance(wide, [0] * 10_001, {}, set()).failure
+    assert failure is not None and "10001 tasks, over its max_tasks of 10000" in failure[1]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: make_shape("f", max_tasks=0), "max_tasks of flow 'f' must be at least 1"),
+        (lambda: make_shape("f", max_tasks=True), "max_tasks of flow 'f' must be an integer"),
+        (lambda: make_shape("f", max_tasks="10"), "max_tasks of flow 'f' must be an integer"),  # type: ignore[arg-type]
+        (lambda: make_shape("f", max_tasks=2.5), "max_tasks of flow 'f' must be an integer"),  # type: ignore[arg-type]
+        (lambda: make_shape("f", max_tasks=2**31), "out of range"),
+        (lambda: make_step("m", map_over="run", max_tasks=0), "max_tasks of step 'm'"),
+        (lambda: make_step("m", map_over="run", max_tasks=-5), "at least 1"),
+        (lambda: make_step("a", max_tasks=5), "for map steps only"),
+        (lambda: check_shape(FlowShape("f", max_tasks=0)), "max_tasks of flow"),
+        (
+            lambda: check_shape(FlowShape("f", steps=(StepShape("a", max_tasks=3),))),
+            "for map steps only",
+        ),
+    ],
+)
+def test_a_bad_max_tasks_is_refused(make: Any, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        make()
+
+
+def test_max_tasks_is_part_of_the_shape() -> None:
+    shape = make_shape("f", max_tasks=50).with_step(make_step("m", map_over="run", max_tasks=7))
+    assert (shape.max_tasks, shape.steps[0].max_tasks) == (50, 7)
+    assert FlowShape.from_dict(shape.to_dict()) == shape
+    assert shape.to_dict() != make_shape("f").with_step(make_step("m", map_over="run")).to_dict()
 
 
 def test_roots_only_and_several_roots() -> None:

@@ -32,6 +32,12 @@ FLOWS_APP = textwrap.dedent(
     @report.step(depends_on=[words])
     async def total(ctx, input):
         return sum(input["words"])
+
+    fan = app.flow("fan", max_tasks=3)
+
+    @fan.map(over="run")
+    async def each(ctx, item):
+        return item
     """
 )
 
@@ -47,13 +53,14 @@ def test_a_flow_over_rest(database, tmp_path: Path) -> None:  # type: ignore[no-
             "maxAttempts": 2,
             "baseDelay": 0.0,
             "timeout": 20.0,
+            "maxTasks": 10000,
             "steps": [
                 {"name": "pages", "dependsOn": [], "mapOver": None, "maxAttempts": None,
-                 "baseDelay": None, "timeout": None},
+                 "baseDelay": None, "timeout": None, "maxTasks": None},
                 {"name": "words", "dependsOn": ["pages"], "mapOver": "pages",
-                 "maxAttempts": None, "baseDelay": None, "timeout": 5.0},
+                 "maxAttempts": None, "baseDelay": None, "timeout": 5.0, "maxTasks": None},
                 {"name": "total", "dependsOn": ["words"], "mapOver": None, "maxAttempts": None,
-                 "baseDelay": None, "timeout": None},
+                 "baseDelay": None, "timeout": None, "maxTasks": None},
             ],
             "leaves": ["total"],
         }  # fmt: skip
@@ -91,6 +98,18 @@ def test_a_flow_over_rest(database, tmp_path: Path) -> None:  # type: ignore[no-
         assert (done["output"], done["attempt"]) == ({"total": 10}, 2)
         again = http.post(f"{path}/retry", {})
         assert again.status == 409, again.body  # a completed run is not retried
+
+        # A map over the input is bounded over REST too: the run fails, with no task.
+        assert http.get("/v1/flows/fan").body["maxTasks"] == 3
+        over = http.post("/v1/workflows/fan/runs", {"input": [1, 2, 3, 4]})
+        assert over.status == 201, over.body
+        fan_run = http.get(f"/v1/workflows/fan/runs/{over.body['runId']}").body
+        assert fan_run["status"] == "failed"
+        assert fan_run["error"]["message"].startswith(
+            "map step 'each' would create 4 tasks, over its max_tasks of 3"
+        )
+        fan_steps = http.get(f"/v1/workflows/fan/runs/{over.body['runId']}/steps").body["items"]
+        assert [(s["name"], s["status"], s["tasks"]) for s in fan_steps] == [("each", "failed", [])]
 
         missing = http.get("/v1/flows/nope")
         assert missing.status == 404 and missing.body["error"]["type"] == "NotFoundError"

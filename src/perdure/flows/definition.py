@@ -27,6 +27,7 @@ from ..validation import check_int, is_number
 __all__ = [
     "DEFAULT_BASE_DELAY",
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_TASKS",
     "DEFAULT_TIMEOUT",
     "RUN",
     "FlowShape",
@@ -40,6 +41,8 @@ RUN = "run"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BASE_DELAY = 1.0
 DEFAULT_TIMEOUT = 60.0
+#: The most tasks a map step creates unless its flow or the step says otherwise.
+DEFAULT_MAX_TASKS = 10_000
 _MAX_STEPS = 1000
 
 
@@ -63,6 +66,8 @@ class StepShape:
         map_over: None for a single task; ``"run"`` or a dependency's name for a map
             step (one task per element of that list).
         max_attempts / base_delay / timeout: per-step overrides (None: the flow's).
+        max_tasks: a map step's bound on its tasks (None: the flow's): a map over a
+            longer list fails the run instead of creating any task.
         concurrency / key_concurrency / rate_limit / rate_period: the step's flow-control
             limits (see `perdure.limits`; None: not limited that way); ``rate_keyed``
             and ``fifo`` say whether it has a rate-limit key and a FIFO key function
@@ -81,6 +86,7 @@ class StepShape:
     rate_period: float | None = None
     rate_keyed: bool = False
     fifo: bool = False
+    max_tasks: int | None = None
 
     @property
     def is_map(self) -> bool:
@@ -121,12 +127,15 @@ class StepShape:
             "rate_period": self.rate_period,
             "rate_keyed": self.rate_keyed,
             "fifo": self.fifo,
+            "max_tasks": self.max_tasks,
         }
 
 
 @dataclass(frozen=True, slots=True)
 class FlowShape:
-    """A flow's shape at one version: options and steps in topological order."""
+    """A flow's shape at one version: options and steps in topological order.
+
+    ``max_tasks`` bounds each map step's tasks (a step may set its own bound)."""
 
     name: str
     version: int = 1
@@ -134,6 +143,7 @@ class FlowShape:
     base_delay: float = DEFAULT_BASE_DELAY
     timeout: float = DEFAULT_TIMEOUT
     steps: tuple[StepShape, ...] = field(default=())
+    max_tasks: int = DEFAULT_MAX_TASKS
 
     def step(self, name: str) -> StepShape:
         """The step of that name (`ValidationError` if there is none)."""
@@ -163,6 +173,10 @@ class FlowShape:
         """The step's timeout in seconds (its own, else the flow's)."""
         return self.timeout if step.timeout is None else step.timeout
 
+    def max_tasks_of(self, step: StepShape) -> int:
+        """The most tasks the map step may create (its own bound, else the flow's)."""
+        return self.max_tasks if step.max_tasks is None else step.max_tasks
+
     def with_step(self, step: StepShape) -> FlowShape:
         """This shape with one more step, checked (`ValidationError` otherwise)."""
         shape = FlowShape(
@@ -172,6 +186,7 @@ class FlowShape:
             self.base_delay,
             self.timeout,
             (*self.steps, step),
+            self.max_tasks,
         )
         check_shape(shape, require_order=True)
         return shape
@@ -184,6 +199,7 @@ class FlowShape:
             "max_attempts": self.max_attempts,
             "base_delay": self.base_delay,
             "timeout": self.timeout,
+            "max_tasks": self.max_tasks,
             "steps": [s.to_dict() for s in self.steps],
         }
 
@@ -196,6 +212,7 @@ class FlowShape:
             max_attempts=data.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
             base_delay=data.get("base_delay", DEFAULT_BASE_DELAY),
             timeout=data.get("timeout", DEFAULT_TIMEOUT),
+            max_tasks=data.get("max_tasks", DEFAULT_MAX_TASKS),
             steps=tuple(
                 StepShape(
                     name=s["name"],
@@ -210,6 +227,7 @@ class FlowShape:
                     rate_period=s.get("rate_period"),
                     rate_keyed=bool(s.get("rate_keyed", False)),
                     fifo=bool(s.get("fifo", False)),
+                    max_tasks=s.get("max_tasks"),
                 )
                 for s in data.get("steps", ())
             ),
@@ -226,10 +244,12 @@ def make_step(
     max_attempts: int | None = None,
     base_delay: float | None = None,
     timeout: float | None = None,
+    max_tasks: int | None = None,
 ) -> StepShape:
     """A step with its options validated (the dependencies are checked by the shape).
 
-    A map step over a dependency depends on it even when ``depends_on`` leaves it out.
+    A map step over a dependency depends on it even when ``depends_on`` leaves it out;
+    ``max_tasks`` is for map steps only.
     """
     step_name = validate_step_name(name)
     if isinstance(depends_on, str):
@@ -254,7 +274,16 @@ def make_step(
         timeout=None
         if timeout is None
         else _check_seconds(timeout, f"timeout of step {step_name!r}", positive=True),
+        max_tasks=None if max_tasks is None else _check_max_tasks(max_tasks, step_name, map_over),
     )
+
+
+def _check_max_tasks(value: object, step: str, map_over: str | None) -> int:
+    if map_over is None:
+        raise ValidationError(
+            f"max_tasks of step {step!r} is for map steps only (a single step has one task)"
+        )
+    return check_int(value, f"max_tasks of step {step!r}", minimum=1)
 
 
 def make_shape(
@@ -264,6 +293,7 @@ def make_shape(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     base_delay: float = DEFAULT_BASE_DELAY,
     timeout: float = DEFAULT_TIMEOUT,
+    max_tasks: int = DEFAULT_MAX_TASKS,
 ) -> FlowShape:
     """An empty flow shape with its options validated."""
     flow = validate_workflow_name(name)
@@ -273,19 +303,24 @@ def make_shape(
         max_attempts=check_int(max_attempts, f"max_attempts of flow {flow!r}", minimum=1),
         base_delay=_check_seconds(base_delay, f"base_delay of flow {flow!r}", positive=False),
         timeout=_check_seconds(timeout, f"timeout of flow {flow!r}", positive=True),
+        max_tasks=check_int(max_tasks, f"max_tasks of flow {flow!r}", minimum=1),
     )
 
 
 def check_shape(shape: FlowShape, *, require_order: bool = False) -> None:
     """Refuse a bad shape with a `ValidationError` naming the step: duplicate names,
-    unknown dependencies, cycles, a map over neither the run nor a dependency. With
+    unknown dependencies, cycles, a map over neither the run nor a dependency, a
+    ``max_tasks`` that is not a positive integer or is on a single step. With
     ``require_order``, a dependency must also come before the step that uses it."""
     validate_workflow_name(shape.name)
+    check_int(shape.max_tasks, f"max_tasks of flow {shape.name!r}", minimum=1)
     if len(shape.steps) > _MAX_STEPS:
         raise ValidationError(f"flow {shape.name!r} has more than {_MAX_STEPS} steps")
     names: dict[str, int] = {}
     for index, step in enumerate(shape.steps):
         validate_step_name(step.name)
+        if step.max_tasks is not None:
+            _check_max_tasks(step.max_tasks, step.name, step.map_over)
         if step.name in names:
             raise ValidationError(f"flow {shape.name!r} defines step {step.name!r} twice")
         names[step.name] = index

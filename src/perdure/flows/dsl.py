@@ -34,7 +34,14 @@ from typing import Any, TypeVar, overload
 
 from ..errors import ConfigurationError, ValidationError
 from ..limits import KeyFn, Limits
-from .definition import FlowShape, StepShape, make_shape, make_step, task_workflow
+from .definition import (
+    DEFAULT_MAX_TASKS,
+    FlowShape,
+    StepShape,
+    make_shape,
+    make_step,
+    task_workflow,
+)
 
 __all__ = ["Flow", "TaskContext"]
 
@@ -102,6 +109,7 @@ class Flow:
         max_attempts: int = 3,
         base_delay: float = 1.0,
         timeout: float = 60.0,
+        max_tasks: int = DEFAULT_MAX_TASKS,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.shape: FlowShape = make_shape(
@@ -110,6 +118,7 @@ class Flow:
             max_attempts=max_attempts,
             base_delay=base_delay,
             timeout=timeout,
+            max_tasks=max_tasks,
         )
         #: handlers by step name (external steps have none)
         self.handlers: dict[str, Handler] = {}
@@ -227,6 +236,7 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        max_tasks: int | None = None,
         concurrency: int | None = None,
         concurrency_key: KeyFn | None = None,
         key_concurrency: int | None = None,
@@ -246,6 +256,7 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        max_tasks: int | None = None,
         concurrency: int | None = None,
         concurrency_key: KeyFn | None = None,
         key_concurrency: int | None = None,
@@ -265,6 +276,7 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        max_tasks: int | None = None,
         concurrency: int | None = None,
         concurrency_key: KeyFn | None = None,
         key_concurrency: int | None = None,
@@ -275,10 +287,17 @@ class Flow:
         """Add a map step over ``"run"`` (the run's input) or a dependency's output,
         which must be a list: one task per element, ``async def handler(ctx, item)``;
         the step's output is the list of their outputs in element order (``[]`` at once
-        for an empty list). A non-list fails the run with an error naming the step.
+        for an empty list). A non-list fails the run with an error naming the step, and
+        so does a list of more than ``max_tasks`` elements (default: the flow's), before
+        any of its tasks is created.
         The flow-control options are `step`'s: they limit the map's tasks, and a key
         function gets the flow run's input (every task of a run shares its keys)."""
-        options = {"max_attempts": max_attempts, "base_delay": base_delay, "timeout": timeout}
+        options = {
+            "max_attempts": max_attempts,
+            "base_delay": base_delay,
+            "timeout": timeout,
+            "max_tasks": max_tasks,
+        }
         limits = {
             "concurrency": concurrency,
             "concurrency_key": concurrency_key,
@@ -321,10 +340,12 @@ class Flow:
         max_attempts: int | None = None,
         base_delay: float | None = None,
         timeout: float | None = None,
+        max_tasks: int | None = None,
     ) -> str:
         """Declare a step that another process serves (a worker in any language,
         through ``perdure.claim_tasks`` on PostgreSQL): part of the shape, with no
-        handler here, so this app's workers never claim its tasks. Returns its name."""
+        handler here, so this app's workers never claim its tasks. Returns its name.
+        ``max_tasks`` bounds a map step's tasks, as on `map`."""
         step = make_step(
             name,
             self._deps(depends_on),
@@ -332,6 +353,7 @@ class Flow:
             max_attempts=max_attempts,
             base_delay=base_delay,
             timeout=timeout,
+            max_tasks=max_tasks,
         )
         self._add(step, None)
         return step.name

@@ -3,8 +3,9 @@
 Given a shape, the run's input, the outputs of its completed steps and the steps that
 have tasks already, `advance` says which steps become ready and what their tasks are
 (a map step: one task per element), which map steps complete at once (an empty list
-gives ``[]``), which step fails the run (a map over a non-list), and the run's
-output once every step completed (``{leaf step: output}``).
+gives ``[]``), which step fails the run (a map over a non-list, or over a list longer
+than the step's ``max_tasks``), and the run's output once every step completed
+(``{leaf step: output}``).
 
 The SQLite backend applies these decisions in the transaction that ends a task; the
 PostgreSQL functions (``flow_advance``) implement the same rules in plpgsql, and the
@@ -26,6 +27,7 @@ __all__ = [
     "Outcome",
     "Rerun",
     "advance",
+    "fanout_error",
     "fork_copies",
     "map_error",
     "rerun",
@@ -55,7 +57,7 @@ class Advance:
     started: tuple[str, ...] = ()
     #: steps completed at once (maps over an empty list), with their outputs
     completed: Mapping[str, Any] = field(default_factory=dict)
-    #: (step, message): the run fails (a map over a non-list)
+    #: (step, message): the run fails (a map over a non-list, or over too long a list)
     failure: tuple[str, str] | None = None
     #: the run's output, once every step completed
     output: dict[str, Any] | None = None
@@ -77,6 +79,15 @@ def map_error(flow: str, step: StepShape, source: Any) -> str | None:
     return (
         f"map step {step.name!r} of flow {flow!r} needs a list to map over, but "
         f"{what} is {_json_type(source)}"
+    )
+
+
+def fanout_error(flow: str, step: str, count: int, limit: int) -> str:
+    """Why a map step may not create ``count`` tasks, over its ``limit`` (``max_tasks``).
+    The SQL of ``flow_advance`` words it alike."""
+    return (
+        f"map step {step!r} would create {count} tasks, over its max_tasks of {limit} "
+        f"(flow {flow!r}: set a higher max_tasks on the step or the flow to allow more)"
     )
 
 
@@ -104,7 +115,8 @@ def advance(
 
     A step is ready when it has not started and every dependency completed. Maps over
     an empty list complete at once, which may make more steps ready (this repeats until
-    nothing changes); a map over a non-list fails the run and stops there.
+    nothing changes); a map over a non-list, or over a list longer than its
+    ``max_tasks``, fails the run and stops there (none of its tasks is made).
     """
     done = dict(outputs)
     begun = set(started)
@@ -126,6 +138,8 @@ def advance(
                 continue
             source = run_input if step.map_over == RUN else done[step.map_over]
             message = map_error(shape.name, step, source)
+            if message is None and len(source) > shape.max_tasks_of(step):
+                message = fanout_error(shape.name, step.name, len(source), shape.max_tasks_of(step))
             if message is not None:
                 return Advance(tuple(tasks), tuple(newly), completed, (step.name, message))
             if not source:

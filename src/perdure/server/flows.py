@@ -33,6 +33,7 @@ async def get_flow(
         max_attempts=shape.max_attempts,
         base_delay=shape.base_delay,
         timeout=shape.timeout,
+        max_tasks=shape.max_tasks,
         steps=[
             FlowStepOut(
                 name=s.name,
@@ -41,6 +42,7 @@ async def get_flow(
                 max_attempts=s.max_attempts,
                 base_delay=s.base_delay,
                 timeout=s.timeout,
+                max_tasks=s.max_tasks,
             )
             for s in shape.steps
         ],

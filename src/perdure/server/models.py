@@ -172,7 +172,7 @@ class StepOut(Model):
 
 class FlowStepOut(Model):
     """A step of a flow's shape (``mapOver``: ``run`` or a dependency, for a map step;
-    null options: the flow's)."""
+    null options: the flow's; ``maxTasks``: a map step's bound on its tasks)."""
 
     name: str
     depends_on: list[str]
@@ -180,16 +180,19 @@ class FlowStepOut(Model):
     max_attempts: int | None
     base_delay: float | None
     timeout: float | None
+    max_tasks: int | None
 
 
 class FlowOut(Model):
-    """A DAG flow's stored shape at one version."""
+    """A DAG flow's stored shape at one version (``maxTasks``: the most tasks a map
+    step creates, unless the step sets its own)."""
 
     name: str
     version: int
     max_attempts: int
     base_delay: float
     timeout: float
+    max_tasks: int
     steps: list[FlowStepOut]
     leaves: list[str]
 

@@ -92,7 +92,7 @@ async def get_flow(db: PgConnections, name: str, version: int | None) -> FlowSha
     row = await db.one(Q["get_flow"], {"name": name, "version": version})
     if row is None:
         return None
-    flow, ver, max_attempts, base_delay, timeout, steps = row
+    flow, ver, max_attempts, base_delay, timeout, max_tasks, steps = row
     return FlowShape(
         flow,
         ver,
@@ -103,6 +103,7 @@ async def get_flow(db: PgConnections, name: str, version: int | None) -> FlowSha
             StepShape(step, tuple(deps), map_over, attempts, delay, limit, *limits)
             for step, map_over, attempts, delay, limit, *limits, deps in steps
         ),
+        max_tasks,
     )
 
 
@@ -127,6 +128,7 @@ async def register_flows(db: PgConnections, shapes: list[FlowShape]) -> None:
                     "base_delay": shape.base_delay,
                     "timeout": shape.timeout,
                     "version": shape.version,
+                    "max_tasks": shape.max_tasks,
                 },
             )
             for step in shape.steps:
@@ -142,6 +144,7 @@ async def register_flows(db: PgConnections, shapes: list[FlowShape]) -> None:
                         "step_type": "single" if step.map_over is None else "map",
                         "map_over": step.map_over,
                         "version": shape.version,
+                        "max_tasks": step.max_tasks,
                     },
                 )
                 if step.limited:

@@ -70,11 +70,18 @@ def get_flow(s: Session, name: str, version: int | None) -> FlowShape | None:
             rate_period=r["rate_period"],
             rate_keyed=bool(r["rate_keyed"]),
             fifo=bool(r["fifo"]),
+            max_tasks=r["max_tasks"],
         )
         for r in s.all(Q["get_flow_steps"], params)
     )
     return FlowShape(
-        row["name"], row["version"], row["max_attempts"], row["base_delay"], row["timeout"], steps
+        row["name"],
+        row["version"],
+        row["max_attempts"],
+        row["base_delay"],
+        row["timeout"],
+        steps,
+        row["max_tasks"],
     )
 
 
@@ -99,6 +106,7 @@ def register_flows(s: Session, shapes: list[FlowShape]) -> None:
                     "max_attempts": shape.max_attempts,
                     "base_delay": shape.base_delay,
                     "timeout": shape.timeout,
+                    "max_tasks": shape.max_tasks,
                     "now": now,
                 },
             )
@@ -120,6 +128,7 @@ def register_flows(s: Session, shapes: list[FlowShape]) -> None:
                         "rate_period": step.rate_period,
                         "rate_keyed": int(step.rate_keyed),
                         "fifo": int(step.fifo),
+                        "max_tasks": step.max_tasks,
                     },
                 )
                 for dep_index, dep in enumerate(step.depends_on):

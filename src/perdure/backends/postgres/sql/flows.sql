@@ -3,11 +3,11 @@
 
 -- name: get_flow
 -- A stored flow (that version, else the highest) with its steps and dependencies.
-SELECT f.name, f.version, f.max_attempts, f.base_delay, f.timeout,
+SELECT f.name, f.version, f.max_attempts, f.base_delay, f.timeout, f.max_tasks,
        (SELECT coalesce(json_agg(json_build_array(
                    s.step, s.map_over, s.max_attempts, s.base_delay, s.timeout,
                    s.concurrency, s.key_concurrency, s.rate_limit, s.rate_period,
-                   s.rate_keyed, s.fifo,
+                   s.rate_keyed, s.fifo, s.max_tasks,
                    (SELECT coalesce(json_agg(d.dep ORDER BY d.dep_index), '[]')
                     FROM flow_deps d
                     WHERE d.flow = s.flow AND d.version = s.version AND d.step = s.step))
@@ -20,12 +20,13 @@ LIMIT 1
 
 -- name: create_flow
 SELECT create_flow(%(name)s::text, %(max_attempts)s::integer, %(base_delay)s::double precision,
-                   %(timeout)s::double precision, %(version)s::integer)
+                   %(timeout)s::double precision, %(version)s::integer, %(max_tasks)s::integer)
 
 -- name: add_step
 SELECT add_step(%(flow)s::text, %(step)s::text, %(deps)s::text[], %(max_attempts)s::integer,
                 %(base_delay)s::double precision, %(timeout)s::double precision,
-                %(step_type)s::text, %(map_over)s::text, %(version)s::integer)
+                %(step_type)s::text, %(map_over)s::text, %(version)s::integer,
+                %(max_tasks)s::integer)
 
 -- name: set_step_limits
 -- A new step's flow-control limits (part of its shape; add_step stores the rest).

@@ -3,18 +3,18 @@
 
 -- name: get_flow_version
 -- A stored flow's options at one version.
-SELECT name, version, max_attempts, base_delay, timeout FROM flows
+SELECT name, version, max_attempts, base_delay, timeout, max_tasks FROM flows
 WHERE name = :name AND version = :version
 
 -- name: get_flow_latest
 -- A stored flow's options at its highest version.
-SELECT name, version, max_attempts, base_delay, timeout FROM flows
+SELECT name, version, max_attempts, base_delay, timeout, max_tasks FROM flows
 WHERE name = :name ORDER BY version DESC LIMIT 1
 
 -- name: get_flow_steps
 -- The steps of a flow version in definition order.
 SELECT step, map_over, max_attempts, base_delay, timeout, concurrency, key_concurrency,
-       rate_limit, rate_period, rate_keyed, fifo
+       rate_limit, rate_period, rate_keyed, fifo, max_tasks
 FROM flow_steps
 WHERE flow = :name AND version = :version ORDER BY step_index
 
@@ -24,15 +24,16 @@ SELECT step, dep FROM flow_deps
 WHERE flow = :name AND version = :version ORDER BY step, dep_index
 
 -- name: insert_flow
-INSERT INTO flows (name, version, max_attempts, base_delay, timeout, created_at)
-VALUES (:name, :version, :max_attempts, :base_delay, :timeout, :now)
+INSERT INTO flows (name, version, max_attempts, base_delay, timeout, max_tasks, created_at)
+VALUES (:name, :version, :max_attempts, :base_delay, :timeout, :max_tasks, :now)
 
 -- name: insert_flow_step
 INSERT INTO flow_steps (flow, version, step, step_index, map_over, max_attempts,
                         base_delay, timeout, concurrency, key_concurrency, rate_limit,
-                        rate_period, rate_keyed, fifo)
+                        rate_period, rate_keyed, fifo, max_tasks)
 VALUES (:flow, :version, :step, :step_index, :map_over, :max_attempts, :base_delay, :timeout,
-        :concurrency, :key_concurrency, :rate_limit, :rate_period, :rate_keyed, :fifo)
+        :concurrency, :key_concurrency, :rate_limit, :rate_period, :rate_keyed, :fifo,
+        :max_tasks)
 
 -- name: insert_flow_dep
 INSERT INTO flow_deps (flow, version, step, dep, dep_index)

@@ -6,8 +6,9 @@
 -- a single step gets one task whose input is {"run": <run input>, <dep>: <output>...};
 -- a map step one task per element of its source list (the run's input or a
 -- dependency's output), an empty list completing it at once with [] (which may make
--- more steps ready: repeat), a non-list failing the run with an error naming the
--- step. Tasks are runs of kind 'task' (workflow '<flow>:<step>', claimable now,
+-- more steps ready: repeat), a non-list, or a list longer than the step's max_tasks
+-- (its own, else the flow's), failing the run with an error naming the step, before
+-- any of its tasks is inserted. Tasks are runs of kind 'task' (workflow '<flow>:<step>', claimable now,
 -- carrying the flow-control keys stored for the step in flow_states). When
 -- every step completed, the run completes with {<leaf step>: <output>}.
 CREATE OR REPLACE FUNCTION flow_advance(p_run_id text) RETURNS void
@@ -21,28 +22,39 @@ DECLARE
     v_inserted boolean := false;
     v_maps boolean;
     v_stop integer;
+    v_max_tasks integer;
 BEGIN
     SELECT * INTO v_run FROM runs WHERE id = p_run_id;
-    SELECT EXISTS (SELECT 1 FROM flow_steps fs
-                   WHERE fs.flow = v_run.workflow AND fs.version = v_run.version
-                     AND fs.map_over IS NOT NULL)
-    INTO v_maps;
+    SELECT f.max_tasks, EXISTS (SELECT 1 FROM flow_steps fs
+                                WHERE fs.flow = v_run.workflow AND fs.version = v_run.version
+                                  AND fs.map_over IS NOT NULL)
+    INTO v_max_tasks, v_maps
+    FROM flows f WHERE f.name = v_run.workflow AND f.version = v_run.version;
     WHILE v_progress LOOP
         v_progress := false;
         -- The steps are taken in definition order, and a ready map over something that
-        -- is not a list fails the run: the steps after it are not started.
+        -- is not a list, or over too long a list, fails the run: the steps after it are
+        -- not started. A list whose text is at most 2 * max_tasks bytes cannot hold more
+        -- than max_tasks elements (each takes a byte and a comma at least): only a longer
+        -- one is counted here.
         v_stop := NULL;
         IF v_maps THEN
             SELECT st.step_index INTO v_stop
             FROM flow_states st
             JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
                               AND fs.step = st.step
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN fs.map_over = 'run' THEN v_run.input::json
+                            ELSE (SELECT so.output FROM flow_states so
+                                  WHERE so.run_id = p_run_id AND so.step = fs.map_over)
+                       END AS list,
+                       coalesce(fs.max_tasks, v_max_tasks) AS most
+            ) src
             WHERE st.run_id = p_run_id AND st.status = 'created' AND fs.map_over IS NOT NULL
               AND st.remaining_deps = 0
-              AND json_typeof(CASE WHEN fs.map_over = 'run' THEN v_run.input::json
-                                   ELSE (SELECT so.output FROM flow_states so
-                                         WHERE so.run_id = p_run_id
-                                           AND so.step = fs.map_over) END) <> 'array'
+              AND CASE WHEN json_typeof(src.list) <> 'array' THEN true
+                       WHEN octet_length(src.list::text) <= 2::bigint * src.most THEN false
+                       ELSE json_array_length(src.list) > src.most END
             ORDER BY st.step_index
             LIMIT 1;
         END IF;
@@ -88,10 +100,12 @@ BEGIN
         WHERE st.run_id = p_run_id AND st.step = t.parent_step;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         v_inserted := v_inserted OR v_count > 0;
-        -- Then the ready map steps, one by one (the first over a non-list fails the run).
+        -- Then the ready map steps, one by one (the first over a non-list, or over too
+        -- long a list, fails the run).
         CONTINUE WHEN NOT v_maps;
         FOR v_step IN
-            SELECT fs.step, fs.map_over, st.concurrency_key, st.fifo_key, st.rate_key
+            SELECT fs.step, fs.map_over, st.concurrency_key, st.fifo_key, st.rate_key,
+                   coalesce(fs.max_tasks, v_max_tasks) AS max_tasks
             FROM flow_states st
             JOIN flow_steps fs ON fs.flow = v_run.workflow AND fs.version = v_run.version
                               AND fs.step = st.step
@@ -122,6 +136,15 @@ BEGIN
                 RETURN;
             END IF;
             v_count := json_array_length(v_source);
+            IF v_count > v_step.max_tasks THEN  -- checked before anything is inserted
+                PERFORM flow_end(p_run_id, 'failed', NULL, v_step.step, jsonb_build_object(
+                    'type', 'StepFailed', 'step', v_step.step,
+                    'message', format(
+                        'map step %L would create %s tasks, over its max_tasks of %s (flow %L: '
+                        'set a higher max_tasks on the step or the flow to allow more)',
+                        v_step.step, v_count, v_step.max_tasks, v_run.workflow)));
+                RETURN;
+            END IF;
             IF v_count = 0 THEN
                 UPDATE flow_states SET status = 'completed', output = '[]'::json,
                     started_at = perdure_now(), completed_at = perdure_now()

@@ -4,14 +4,16 @@
 -- steps of the flow already (topological order: no cycle can form). step_type 'map'
 -- makes one task per element of `map_over`'s list ('run': the run's input; default:
 -- the only dependency, else 'run' when there is none). max_attempts, base_delay and
--- timeout override the flow's. The same definition again is a no-op (returns
+-- timeout override the flow's, and so does max_tasks, a map step's bound on its tasks
+-- (a map over a longer list fails the run). The same definition again is a no-op (returns
 -- false); a conflicting one, or a new step of a version that has runs, is refused
 -- (PD001): a run keeps the shape it started with.
 -- Example: SELECT perdure.add_step('analyze_website', 'sentiment', deps => ARRAY['website']);
 CREATE OR REPLACE FUNCTION add_step(
     flow text, step text, deps text[] DEFAULT '{}', max_attempts integer DEFAULT NULL,
     base_delay double precision DEFAULT NULL, timeout double precision DEFAULT NULL,
-    step_type text DEFAULT 'single', map_over text DEFAULT NULL, version integer DEFAULT NULL
+    step_type text DEFAULT 'single', map_over text DEFAULT NULL, version integer DEFAULT NULL,
+    max_tasks integer DEFAULT NULL
 ) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
@@ -78,14 +80,23 @@ BEGIN
         RAISE EXCEPTION 'timeout of step % must be more than 0 and at most a year, got %',
             quote_literal(step), timeout USING ERRCODE = 'PD001';
     END IF;
+    IF max_tasks IS NOT NULL AND max_tasks < 1 THEN
+        RAISE EXCEPTION 'max_tasks of step % must be at least 1, got %', quote_literal(step),
+            max_tasks USING ERRCODE = 'PD001';
+    END IF;
+    IF max_tasks IS NOT NULL AND v_map IS NULL THEN
+        RAISE EXCEPTION 'max_tasks of step % is for map steps only (a single step has one task)',
+            quote_literal(step) USING ERRCODE = 'PD001';
+    END IF;
     SELECT * INTO v_existing FROM flow_steps s
     WHERE s.flow = flow AND s.version = v_version AND s.step = step;
     IF FOUND THEN
         SELECT coalesce(array_agg(d.dep ORDER BY d.dep_index), '{}') INTO v_existing_deps
         FROM flow_deps d WHERE d.flow = flow AND d.version = v_version AND d.step = step;
         IF v_existing_deps IS DISTINCT FROM v_deps
-           OR (v_existing.map_over, v_existing.max_attempts, v_existing.base_delay, v_existing.timeout)
-              IS DISTINCT FROM (v_map, max_attempts, base_delay, timeout) THEN
+           OR (v_existing.map_over, v_existing.max_attempts, v_existing.base_delay,
+               v_existing.timeout, v_existing.max_tasks)
+              IS DISTINCT FROM (v_map, max_attempts, base_delay, timeout, max_tasks) THEN
             RAISE EXCEPTION 'step % of flow % version % is stored with another definition: a changed flow needs a new version',
                 quote_literal(step), quote_literal(flow), v_version USING ERRCODE = 'PD001';
         END IF;
@@ -105,10 +116,10 @@ BEGIN
             quote_literal(flow), v_version USING ERRCODE = 'PD001';
     END IF;
     INSERT INTO flow_steps (flow, version, step, step_index, map_over, max_attempts,
-                            base_delay, timeout)
+                            base_delay, timeout, max_tasks)
     VALUES (flow, v_version, step,
             (SELECT count(*) FROM flow_steps s WHERE s.flow = flow AND s.version = v_version),
-            v_map, max_attempts, base_delay, timeout);
+            v_map, max_attempts, base_delay, timeout, max_tasks);
     INSERT INTO flow_deps (flow, version, step, dep, dep_index)
     SELECT flow, v_version, step, d.dep, d.ord - 1
     FROM unnest(v_deps) WITH ORDINALITY AS d(dep, ord);
