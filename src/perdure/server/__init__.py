@@ -23,6 +23,7 @@ from .flows import router as flows_router
 from .guards import BodyLimit, TokenCheck, check_bind, load_tokens
 from .metrics import router as metrics_router
 from .others import router as others_router
+from .readonly import ReadOnlyGuard
 from .recovery import router as recovery_router
 from .redacting import Redacting
 from .runs import router as runs_router
@@ -35,16 +36,20 @@ log = logging.getLogger("perdure.server")
 
 def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     """The ASGI application of the REST API for ``app``. With ``tokens``, every request
-    but ``/healthz`` and ``/openapi.json`` needs one as a bearer token."""
+    but ``/healthz`` and ``/openapi.json`` needs one as a bearer token. An app opened
+    read-only (``read_only=True``) gets a read-only server: changes answer 403 and
+    the retention sweeper does not run."""
 
     enable_metrics()  # the server counts what it does (signals, sweeps) for /metrics
+    read_only = app.settings.read_only
 
     @asynccontextmanager
     async def lifespan(_api: FastAPI) -> AsyncIterator[None]:
         # The retention sweeper runs in the server too, so a deployment whose workers
         # come and go still deletes expired runs.
+        interval = 0.0 if read_only else app.settings.sweep_interval  # a sweep writes
         sweeper = asyncio.create_task(
-            sweep_forever(app.sweep_async, app.settings.sweep_interval), name="perdure-sweeper"
+            sweep_forever(app.sweep_async, interval), name="perdure-sweeper"
         )
         try:
             yield
@@ -71,6 +76,8 @@ def create_server(app: App, *, tokens: tuple[str, ...] = ()) -> FastAPI:
     api.include_router(dashboard.router)
     api.mount("/static", StaticFiles(directory=dashboard.STATIC), name="static")
     api.state.token_check = TokenCheck(api, tokens).known if tokens else None
+    if read_only:
+        api.add_middleware(ReadOnlyGuard)  # inside the token check: 401 comes first
     api.add_middleware(TokenCheck, tokens=tokens)
     api.add_middleware(BodyLimit)
     if app.redaction:

@@ -60,7 +60,11 @@ templates.filters["ago"] = lambda value: _ago(value)
 def _render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     fragment = request.headers.get("x-perdure-fragment") == "main"
     html = templates.get_template(name).render(
-        request=request, fragment=fragment, statuses=RUN_STATUSES, **context
+        request=request,
+        fragment=fragment,
+        statuses=RUN_STATUSES,
+        read_only=app_of(request).settings.read_only,  # no action buttons
+        **context,
     )
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
