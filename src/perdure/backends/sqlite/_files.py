@@ -18,13 +18,15 @@ import errno
 import logging
 import os
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
 from ...errors import BackendError, ReadOnlyDatabase, SchemaVersionError
 from ._session import MIGRATIONS, QUERIES, Session
 
-__all__ = ["check_schema", "create_private", "open_read_only", "refused_write"]
+__all__ = ["ReadOnlySession", "check_schema", "create_private", "open_read_only", "refused_write"]
 
 log = logging.getLogger("perdure.backends.sqlite")
 
@@ -100,6 +102,30 @@ def open_read_only(
                 exc,
             )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class ReadOnlySession(Session):
+    """A read-only backend's session: every write transaction is refused before it
+    begins (SQLite would let one that happens to change nothing commit)."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        clock: Callable[[], float],
+        commit: Callable[[sqlite3.Connection], None],
+        path: Path,
+    ) -> None:
+        super().__init__(conn, clock, commit)
+        self.path = path
+
+    @contextmanager
+    def write(self) -> Iterator[float]:
+        raise ReadOnlyDatabase(
+            f"{self.path} is open read-only: this writes to it",
+            str(self.path),
+            opened_read_only=True,
+        )
+        yield 0.0  # pragma: no cover
 
 
 def check_schema(s: Session, path: Path) -> int:

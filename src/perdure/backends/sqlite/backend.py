@@ -67,7 +67,7 @@ from . import (
     _workers,
 )
 from ._convert import to_dt
-from ._files import check_schema, create_private, open_read_only, refused_write
+from ._files import ReadOnlySession, check_schema, create_private, open_read_only, refused_write
 from ._hub import hub_for
 from ._json import json_contains
 from ._session import MIGRATIONS, QUERIES, Session, is_busy, split_statements
@@ -185,6 +185,8 @@ class SQLiteBackend(Backend):
         except BaseException:
             conn.close()
             raise
+        if self.read_only:
+            return ReadOnlySession(conn, self._clock, self._hub.commit, self.path)
         return Session(conn, self._clock, self._hub.commit)
 
     def _set_up_writes(self, conn: sqlite3.Connection) -> None:
