@@ -9,6 +9,8 @@ write is exercised through real processes in tests/cli/test_read_only.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from perdure import App, Context, ReadOnlyDatabase, SchemaVersionError
@@ -44,7 +46,7 @@ def test_a_read_only_app_reads_and_refuses_every_write(
         assert reader.get_run(done).output == "hi ada"
         assert [s.name for s in reader.get_steps(done)] == ["hello"]
         assert [w.name for w in reader.list_workflows()] == ["greet"]
-        writes = {
+        writes: dict[str, Callable[[], object]] = {
             "start": lambda: reader.start("greet", "eve"),
             "cancel": lambda: reader.cancel(pending),
             "signal": lambda: reader.signal(pending, "go", 1),
