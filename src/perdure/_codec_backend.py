@@ -150,6 +150,9 @@ class CodecBackend(Backend):
     async def migrate(self) -> int:
         return await self.inner.migrate()
 
+    async def check_schema(self) -> int:
+        return await self.inner.check_schema()
+
     async def close(self) -> None:
         await self.inner.close()
 

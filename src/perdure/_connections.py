@@ -27,7 +27,8 @@ _SHARED = "shared"
 
 
 class Connections:
-    """Opens, migrates, hands out and closes the backends of one app."""
+    """Opens, migrates, hands out and closes the backends of one app. A read-only app's
+    backends are checked instead of migrated, and record no workflows."""
 
     def __init__(
         self, settings: Settings, registry: Registry, *, migrate: bool, codec: Codec | None = None
@@ -47,7 +48,10 @@ class Connections:
         self._synced = -1
 
     def _new_backend(self) -> Backend:
-        backend = create_backend(self._settings.database_url, schema=self._settings.schema)
+        settings = self._settings
+        backend = create_backend(
+            settings.database_url, schema=settings.schema, read_only=settings.read_only
+        )
         return backend if self._codec is None else CodecBackend(backend, self._codec)
 
     async def backend(self) -> Backend:
@@ -58,7 +62,8 @@ class Connections:
         backend = self._ready.get(key)
         if backend is None:
             backend = await self._open_for(key, loop)
-        if self._synced != self._registry.generation:
+        # Read-only: the workflows stay in this process (recording them would write).
+        if self._synced != self._registry.generation and not self._settings.read_only:
             await self._sync_registry(backend)
         return backend
 
@@ -73,7 +78,9 @@ class Connections:
             backend = self._new_backend()
             try:
                 await backend.open()
-                if self._migrate and not self._migrated:
+                if self._settings.read_only:
+                    await backend.check_schema()
+                elif self._migrate and not self._migrated:
                     await backend.migrate()
                     self._migrated = True
             except BaseException as exc:

@@ -228,14 +228,17 @@ class Reads(ClientBase):
                 changed.set()
 
         stop = await backend.listen(on_notice, progress=True)
-        poll = 0.1 if backend.dialect == "sqlite" else 5.0
+        # Read-only: telling PostgreSQL who watches would write, so no progress
+        # notices come and it polls more often.
+        marking = not self.settings.read_only
+        poll = 0.1 if backend.dialect == "sqlite" else 5.0 if marking else 1.0
         watcher = new_worker_id()
         loop = asyncio.get_running_loop()
         marked = 0.0  # when this watcher last told the database it watches
         seen: Counter[tuple[str, str, str]] = Counter()
         try:
             while True:
-                if loop.time() - marked > _WATCH_FOR / 3:
+                if marking and loop.time() - marked > _WATCH_FOR / 3:
                     await backend.watch_run(lookup_id(run_id), watcher, _WATCH_FOR)
                     marked = loop.time()
                 changed.clear()
@@ -258,8 +261,9 @@ class Reads(ClientBase):
                     await asyncio.wait_for(changed.wait(), poll)
         finally:
             await stop()
-            with contextlib.suppress(PerdureError):
-                await backend.watch_run(lookup_id(run_id), watcher, None)
+            if marking:
+                with contextlib.suppress(PerdureError):
+                    await backend.watch_run(lookup_id(run_id), watcher, None)
 
     def watch(self, run_id: str) -> Iterator[Event]:
         """The run's events as they happen, ending with the run; see `watch_async`."""

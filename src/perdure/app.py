@@ -29,6 +29,7 @@ from .codec import Codec, check_codec
 from .durations import Duration, to_seconds
 from .errors import (
     ConfigurationError,
+    ReadOnlyDatabase,
     ValidationError,
 )
 from .flows.definition import FlowShape
@@ -73,7 +74,8 @@ class App(Recovery, Steering, ScheduleClient):
         redact: keys whose values the server, the CLI and the logs mask (``"password"``,
             ``"card.*"``: dotted paths, ``*`` matching any one key); stored values are
             untouched. See docs/security.md.
-        **settings: overrides of `perdure.settings.Settings` fields.
+        **settings: overrides of `perdure.settings.Settings` fields (``read_only=True``
+            opens the database read-only: reads work, writes raise `ReadOnlyDatabase`).
     """
 
     def __init__(
@@ -267,6 +269,8 @@ class App(Recovery, Steering, ScheduleClient):
     ) -> Worker:
         """A worker for this app's workflows; see `perdure.worker.Worker`
         (``metrics_port``: serve Prometheus metrics, see docs/telemetry.md)."""
+        if self.settings.read_only:
+            raise ReadOnlyDatabase("this app is read-only: a worker writes", opened_read_only=True)
         return Worker(
             self._registry,
             self._connections,

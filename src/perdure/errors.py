@@ -3,7 +3,8 @@
 ```
 PerdureError
 ├── ConfigurationError                   bad URL, settings or registration
-│   └── MissingDependencyError (+ImportError)  names the extra to install
+│   ├── MissingDependencyError (+ImportError)  names the extra to install
+│   └── ReadOnlyDatabase                 a write on a read-only file or a read-only app
 ├── ValidationError (+ValueError)        bad input at any edge; nothing was stored
 │   └── SerializationError               a value is not JSON (names the workflow or step)
 ├── NotFoundError (+LookupError)
@@ -45,6 +46,7 @@ __all__ = [
     "NotFoundError",
     "PerdureError",
     "PoisonRun",
+    "ReadOnlyDatabase",
     "RunNotFound",
     "SchemaVersionError",
     "SerializationError",
@@ -78,6 +80,24 @@ class MissingDependencyError(ConfigurationError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class ReadOnlyDatabase(ConfigurationError):
+    """Something tried to write to a database that is read-only: an SQLite file this
+    process cannot write (file mode, directory, read-only mount), or an app opened
+    with ``read_only=True``. Nothing was stored. Reads work on such a database when it
+    is opened read-only (``App(read_only=True)``, ``PERDURE_READ_ONLY=1``).
+
+    Attributes:
+        target: the SQLite file ("" on PostgreSQL).
+        opened_read_only: True when the refusal is read-only mode's, False when the
+            file itself cannot be written.
+    """
+
+    def __init__(self, message: str, target: str = "", *, opened_read_only: bool = False) -> None:
+        super().__init__(message)
+        self.target = target
+        self.opened_read_only = opened_read_only
 
 
 class RunStateError(PerdureError, ValueError):

@@ -31,6 +31,17 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
     return value
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in _TRUE or raw in _FALSE:
+        return raw in _TRUE
+    raise ConfigurationError(f"{name}={env[name]!r} is not a boolean: use 1 or 0")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Resolved configuration of an `App`.
@@ -49,6 +60,11 @@ class Settings:
             ``PERDURE_MAX_RECOVERIES``, default 10; 0 disables.
         sweep_interval: seconds between retention sweeps in workers and the server,
             ``PERDURE_SWEEP_INTERVAL``, default 300; 0 disables.
+        read_only: open the database read-only, ``PERDURE_READ_ONLY`` (1 or 0), default
+            False: no migration (the schema version is checked instead), no workflow
+            registration, no worker, and every write raises `ReadOnlyDatabase`. An
+            SQLite file is opened with SQLite's read-only mode, so it may be a file
+            this process cannot write (see docs/storage.md).
     """
 
     database_url: str = DEFAULT_DATABASE_URL
@@ -58,6 +74,7 @@ class Settings:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     max_claims_without_progress: int = 10
     sweep_interval: float = 300.0
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         # Explicit arguments (App(max_step_attempts=...)) get the same checks as the
@@ -82,6 +99,8 @@ class Settings:
         interval = self.sweep_interval
         if not is_number(interval) or interval < 0:
             raise ConfigurationError(f"sweep_interval must be seconds >= 0, got {interval!r}")
+        if not isinstance(self.read_only, bool):
+            raise ConfigurationError(f"read_only must be True or False, got {self.read_only!r}")
 
     @classmethod
     def load(
@@ -105,6 +124,7 @@ class Settings:
             ),
             "max_claims_without_progress": _int(env, "PERDURE_MAX_RECOVERIES", 10),
             "sweep_interval": float(_int(env, "PERDURE_SWEEP_INTERVAL", 300)),
+            "read_only": _bool(env, "PERDURE_READ_ONLY"),
         }
         for key, value in overrides.items():
             if key not in cls.__dataclass_fields__:

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -77,7 +78,7 @@ async def make_backend(schema: str) -> AsyncIterator[BackendFactory]:
     """Open (and later close) backends on the test's schema; migrated by default."""
     opened: list[PostgresBackend] = []
 
-    async def make(*, migrate: bool = True, **kwargs: int) -> PostgresBackend:
+    async def make(*, migrate: bool = True, **kwargs: Any) -> PostgresBackend:
         backend = PostgresBackend(DSN, schema=schema, **kwargs)
         opened.append(backend)
         await backend.open()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -29,7 +30,7 @@ async def make(pg_dsn: str) -> AsyncIterator[Make]:
     opened: list[PostgresBackend] = []
     schemas: list[str] = []
 
-    async def factory(schema: str | None = None, **pool: int) -> PostgresBackend:
+    async def factory(schema: str | None = None, **pool: Any) -> PostgresBackend:
         if schema is None:
             schema = "swt_" + secrets.token_hex(6)
             schemas.append(schema)

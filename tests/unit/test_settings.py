@@ -24,6 +24,7 @@ def test_environment_then_defaults() -> None:
         {"max_payload_bytes": 10},
         {"max_retention_days": 0},
         {"sweep_interval": -1},
+        {"read_only": "yes"},
         {"nonsense": 1},
     ],
 )
@@ -49,3 +50,10 @@ def test_bad_worker_options() -> None:
         with pytest.raises(ValidationError):
             app.worker(**kwargs)  # type: ignore[arg-type]
     assert app.worker(poll_interval="250ms")._poll_interval == 0.25
+
+
+def test_perdure_read_only_takes_a_boolean() -> None:
+    assert Settings.load(env={"PERDURE_READ_ONLY": "true"}).read_only is True
+    assert Settings.load(env={}).read_only is False
+    with pytest.raises(ConfigurationError, match="PERDURE_READ_ONLY"):
+        Settings.load(env={"PERDURE_READ_ONLY": "maybe"})

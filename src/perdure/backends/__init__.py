@@ -14,8 +14,8 @@ __all__ = ["Backend", "create_backend", "redact_url"]
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-def create_backend(url: str, *, schema: str = "perdure") -> Backend:
-    """Build (not yet open) the backend for ``url``.
+def create_backend(url: str, *, schema: str = "perdure", read_only: bool = False) -> Backend:
+    """Build (not yet open) the backend for ``url`` (``read_only``: it never writes).
 
     ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``sqlite:///:memory:``
     is not supported (a file is needed for several connections); ``postgresql://``
@@ -44,7 +44,7 @@ def create_backend(url: str, *, schema: str = "perdure") -> Backend:
             )
         from .sqlite import SQLiteBackend
 
-        return SQLiteBackend(Path(path))
+        return SQLiteBackend(Path(path), read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
@@ -57,7 +57,7 @@ def create_backend(url: str, *, schema: str = "perdure") -> Backend:
             raise MissingDependencyError("psycopg", "postgres") from None
         from .postgres import PostgresBackend
 
-        return PostgresBackend(url, schema=schema)
+        return PostgresBackend(url, schema=schema, read_only=read_only)
     raise ConfigurationError(
         f"unsupported database URL {redact_url(url)!r}: use sqlite:///file.db or postgresql://..."
     )

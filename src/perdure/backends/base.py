@@ -96,6 +96,12 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def check_schema(self) -> int:
+        """What read-only mode does instead of `migrate`: return the schema version,
+        changing nothing. Raises `SchemaVersionError` when the database has no perdure
+        schema or one older than this code (`migrate` needs write access)."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Close connections and stop background tasks. Idempotent."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -15,16 +16,32 @@ from ..app import App
 from ..durations import moment
 from ..errors import ValidationError
 
-__all__ = ["client", "json_arg", "load_app", "time_arg"]
+__all__ = ["client", "json_arg", "load_app", "read_only_twin", "time_arg"]
 
 
-def client(ctx: click.Context) -> App:
+def client(ctx: click.Context, *, read_only: bool = False) -> App:
     """The App of this command (closed when the command ends): the one ``--app`` names
-    (its codec and redaction apply), else one on ``--database``."""
+    (its codec and redaction apply), else one on ``--database``. A read command asks
+    for ``read_only``: the database is opened read-only (it may be a file this process
+    cannot write) and never migrated."""
     spec = ctx.obj.get("app")
-    app = load_app(spec) if spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
+    if spec:
+        app = load_app(spec)
+        if read_only and not app.settings.read_only:
+            app = read_only_twin(app)
+    else:
+        app = App(ctx.obj["database"], schema=ctx.obj["schema"], read_only=read_only or None)
     ctx.call_on_close(app.close)
     return app
+
+
+def read_only_twin(app: App) -> App:
+    """An App on ``app``'s database, settings, codec and redaction, opened read-only."""
+    settings = {f.name: getattr(app.settings, f.name) for f in dataclasses.fields(app.settings)}
+    settings["read_only"] = True
+    twin = App(codec=app.codec, **settings)
+    twin.redaction = app.redaction
+    return twin
 
 
 def load_app(spec: str) -> App:

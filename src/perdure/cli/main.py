@@ -19,11 +19,11 @@ from rich.table import Table
 from .._logging import configure as configure_logging
 from ..app import App
 from ..durations import to_seconds
-from ..errors import PerdureError
+from ..errors import PerdureError, ReadOnlyDatabase
 from ..records import WorkerInfo
 from ..telemetry.setup import configure_tracing
 from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
-from .client import client, json_arg, load_app
+from .client import client, json_arg, load_app, read_only_twin
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
 from .runs import runs
 from .schedules import schedules
@@ -35,6 +35,10 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ReadOnlyDatabase as exc:
+            if exc.opened_read_only or not exc.target:
+                fail(str(exc))
+            fail(f"{exc.target} is read-only: this command writes to it; use a writable file")
         except PerdureError as exc:
             fail(str(exc))
 
@@ -171,6 +175,12 @@ def worker(
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a client has to send a request's headers before it is disconnected.",
 )
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Open the database read-only: pages and GET routes only, every change refused "
+    "(403), no retention sweep. Works on an SQLite file this process cannot write.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -180,13 +190,15 @@ def serve(
     allowed_hosts: tuple[str, ...],
     session_lifetime: str,
     header_timeout: float,
+    read_only: bool,
 ) -> None:
     """Serve the REST API (docs/api.md) and the dashboard until SIGTERM/SIGINT.
 
     With APP (module:attribute) the server uses that App; without, the database of
     --database. Set PERDURE_API_TOKENS (comma-separated) to require a bearer token;
     without tokens the server listens on loopback only. It answers only to loopback
-    Host names, the --host address and --allowed-host names (docs/security.md)."""
+    Host names, the --host address and --allowed-host names (docs/security.md).
+    With --read-only (or PERDURE_READ_ONLY=1) it changes nothing."""
     try:
         from ..server import serve as run_server
     except ImportError:
@@ -200,7 +212,11 @@ def serve(
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
     spec = app_spec or ctx.obj["app"]
-    app = load_app(spec) if spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
+    if spec:
+        app = load_app(spec)
+        app = read_only_twin(app) if read_only and not app.settings.read_only else app
+    else:
+        app = App(ctx.obj["database"], schema=ctx.obj["schema"], read_only=read_only or None)
     configure_tracing()
     try:
         run_server(
@@ -322,7 +338,7 @@ _STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancelled"
 @click.pass_context
 def workflows(ctx: click.Context, as_json: bool) -> None:
     """List workflows with run counts per status."""
-    summaries = client(ctx).list_workflows()
+    summaries = client(ctx, read_only=True).list_workflows()
     if as_json:
         emit_json([as_dict(w) for w in summaries])
         return
@@ -338,7 +354,7 @@ def workflows(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def workers(ctx: click.Context, seen_within: str, as_json: bool) -> None:
     """List workers: live ones, and those stopped or silent (not seen for a minute)."""
-    app = client(ctx)
+    app = client(ctx, read_only=True)
     found = app.list_workers(seen_within=seen_within)
     now = datetime.now(UTC)
 

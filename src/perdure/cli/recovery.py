@@ -122,7 +122,7 @@ def runs_cancel(
 @click.pass_context
 def runs_watch(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Follow a run live: its history, then each event as it happens, until it ends."""
-    app = client(ctx)
+    app = client(ctx, read_only=True)
     for seen in app.watch(run_id):
         event = app.redaction.record(seen)
         if as_json:

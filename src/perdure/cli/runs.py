@@ -87,7 +87,7 @@ def runs_list(
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
-    app = client(ctx)
+    app = client(ctx, read_only=True)
     page = app.list_runs(
         workflow=workflow,
         status=status,
@@ -114,7 +114,7 @@ def runs_list(
 def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show one run: its timeline with durations, each failed attempt's error, what it
     waits for, and its parent and children."""
-    app = client(ctx)
+    app = client(ctx, read_only=True)
     shown = app.redaction  # the configured keys masked
     run = shown.record(app.get_run(run_id))
     steps = [shown.record(s) for s in app.get_steps(run_id)]

@@ -30,7 +30,7 @@ def schedules(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def list_schedules(ctx: click.Context, as_json: bool) -> None:
     """List schedules with their next tick."""
-    found = client(ctx).list_schedules()
+    found = client(ctx, read_only=True).list_schedules()
     if as_json:
         emit_json([as_dict(s) for s in found])
         return

@@ -25,6 +25,7 @@ from .metrics import router as metrics_router
 from .origin import HostCheck, JsonOnly
 from .origin import allowed_hosts as _allowed
 from .others import router as others_router
+from .readonly import ReadOnlyGuard
 from .recovery import router as recovery_router
 from .redacting import Redacting
 from .runs import router as runs_router
@@ -51,16 +52,20 @@ def create_server(
     a bearer token for the API, or a dashboard session signed in with one. It answers
     only to the Host names in ``hosts`` (default: loopback names, see
     `origin.allowed_hosts`). Dashboard sessions last ``session_lifetime`` seconds and
-    are signed with ``session_secret`` (random unless given)."""
+    are signed with ``session_secret`` (random unless given). An app opened read-only
+    (``read_only=True``) gets a read-only server: changes answer 403 and the retention
+    sweeper does not run."""
 
     enable_metrics()  # the server counts what it does (signals, sweeps) for /metrics
+    read_only = app.settings.read_only
 
     @asynccontextmanager
     async def lifespan(_api: FastAPI) -> AsyncIterator[None]:
         # The retention sweeper runs in the server too, so a deployment whose workers
         # come and go still deletes expired runs.
+        interval = 0.0 if read_only else app.settings.sweep_interval  # a sweep writes
         sweeper = asyncio.create_task(
-            sweep_forever(app.sweep_async, app.settings.sweep_interval), name="perdure-sweeper"
+            sweep_forever(app.sweep_async, interval), name="perdure-sweeper"
         )
         try:
             yield
@@ -91,6 +96,8 @@ def create_server(
     api.state.sessions = sessions
     api.state.token_known = (lambda given: token_known(known, given)) if tokens else None
     # the first added runs last: Host, then credentials, then the body's size and type
+    if read_only:
+        api.add_middleware(ReadOnlyGuard)  # inside the token check: 401 comes first
     if app.redaction:
         api.add_middleware(Redacting, redaction=app.redaction)
     api.add_middleware(JsonOnly)

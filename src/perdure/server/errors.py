@@ -16,6 +16,7 @@ from ..errors import (
     ConfigurationError,
     NotFoundError,
     PerdureError,
+    ReadOnlyDatabase,
     RunNotFound,
     RunStateError,
     SchemaVersionError,
@@ -31,6 +32,7 @@ _STATUS: tuple[tuple[type[PerdureError], int], ...] = (
     (RunNotFound, 404),
     (NotFoundError, 404),
     (RunStateError, 409),
+    (ReadOnlyDatabase, 403),
     (ValidationError, 422),
     (ConfigurationError, 422),
     (SchemaVersionError, 503),
@@ -64,7 +66,8 @@ async def _perdure_error(_request: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         log.warning("database unavailable: %s", exc)
         return error_response(status, "Unavailable", f"the database is unavailable: {exc}")
-    return error_response(status, type(exc).__name__, str(exc))
+    type_ = "ReadOnly" if isinstance(exc, ReadOnlyDatabase) else type(exc).__name__
+    return error_response(status, type_, str(exc))
 
 
 async def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:

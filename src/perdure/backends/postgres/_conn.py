@@ -39,8 +39,11 @@ Rows = list[tuple[Any, ...]]
 class PgConnections:
     """A connection pool on one schema, and the ways the backend talks through it."""
 
-    def __init__(self, dsn: str, schema: str, min_size: int, max_size: int) -> None:
+    def __init__(
+        self, dsn: str, schema: str, min_size: int, max_size: int, *, read_only: bool = False
+    ) -> None:
         self.dsn = dsn
+        self._read_only = read_only
         self._schema = schema
         self._min_size = min_size
         self._max_size = max_size
@@ -64,10 +67,13 @@ class PgConnections:
         PostgreSQL's choice, a transition whose values fold parts of it away looked
         cheaper planned per call, and was: about 0.33 ms of planning per transition,
         more than it took to run (bench/RESULTS.md, 2026-11-26). A query whose filters
-        are optional asks for a plan per call (`all(custom_plan=True)`)."""
+        are optional asks for a plan per call (`all(custom_plan=True)`). Read-only
+        mode adds ``default_transaction_read_only``: PostgreSQL refuses every write."""
         options = (
             f"-c search_path={self._schema} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan"
         )
+        if self._read_only:
+            options += " -c default_transaction_read_only=on"
         try:
             given = conninfo_to_dict(self.dsn).get("options")
         except psycopg.ProgrammingError as exc:

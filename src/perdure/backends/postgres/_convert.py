@@ -20,6 +20,7 @@ import psycopg
 from ...errors import (
     BackendError,
     PerdureError,
+    ReadOnlyDatabase,
     RunNotFound,
     RunStateError,
     ValidationError,
@@ -73,7 +74,7 @@ def translate_error(exc: BaseException) -> PerdureError:
     """The perdure error for a driver error (the one place SQLSTATEs are mapped).
 
     ``PD001`` → `ValidationError`, ``PD002`` → `RunNotFound`, ``PD003`` →
-    `RunStateError`; data errors (class
+    `RunStateError`; ``25006`` (a write in read-only mode) → `ReadOnlyDatabase`; data errors (class
     22) and constraint checks (23502, 23514) → `ValidationError`; everything else
     (connection loss, deadlock after retries, ...) → `BackendError`. The caller
     chains the driver error as __cause__.
@@ -88,6 +89,10 @@ def translate_error(exc: BaseException) -> PerdureError:
             return RunNotFound(detail)
         if state == "PD003":
             return RunStateError(primary)
+        if state == "25006":  # read_only_sql_transaction
+            return ReadOnlyDatabase(
+                f"the database is open read-only: this writes ({primary})", opened_read_only=True
+            )
         if state.startswith("22") or state in ("23502", "23514"):
             return ValidationError(f"the database rejected a value: {primary}")
         return BackendError(f"PostgreSQL error ({state or type(exc).__name__}): {primary}")

@@ -14,6 +14,7 @@ import psycopg
 from psycopg import sql
 
 from ..._version import __version__
+from ...errors import SchemaVersionError
 from .._sqlfiles import function_set, load_migrations, pending_migrations
 from ._clock import read_offset, restore_offset
 from ._conn import QUERIES, PgConnections
@@ -77,6 +78,29 @@ async def _apply_functions(conn: psycopg.AsyncConnection[Any], schema: str) -> N
     await conn.execute(
         QUERIES["record_functions"], {"digest": functions.digest, "version": __version__}
     )
+
+
+async def check_schema(db: PgConnections, schema: str) -> int:
+    """The schema's version, read without writing (read-only mode); `SchemaVersionError`
+    when there is no perdure schema or an older one than this code."""
+    migrations = load_migrations(__package__)
+    latest = migrations[-1].version if migrations else 0
+    row = await db.one(QUERIES["schema_version_exists"], {"schema": schema})
+    current = 0
+    if row is not None and row[0]:
+        row = await db.one(QUERIES["schema_version"])
+        current = int(row[0]) if row else 0
+    if current == 0:
+        raise SchemaVersionError(
+            f"schema {schema} holds no perdure schema; read-only mode does not create one "
+            "(run `perdure migrate` with write access first)"
+        )
+    if current < latest:
+        raise SchemaVersionError(
+            f"schema {schema} is at version {current}, this perdure needs {latest}; "
+            "read-only mode does not migrate: run `perdure migrate` with write access"
+        )
+    return current
 
 
 def _version_key(version: str) -> tuple[int, ...]:

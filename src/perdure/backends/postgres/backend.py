@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from psycopg import sql
 
-from ...errors import BackendError, ConfigurationError
+from ...errors import BackendError, ConfigurationError, ReadOnlyDatabase
 from ...flows.definition import FlowShape
 from ...records import (
     RUN_STATUSES,
@@ -64,7 +64,7 @@ from ._convert import (
 )
 from ._operations import Operations
 from ._schedules import ScheduleStore
-from ._schema import ident, migrate
+from ._schema import check_schema, ident, migrate
 from ._starts import Starts
 from ._transact import transact as transact_in_app
 from .notify import Listener
@@ -89,6 +89,8 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         dsn: a libpq connection string or ``postgresql://`` URL.
         schema: the schema holding every perdure object (lowercase name).
         min_size, max_size: connection pool bounds.
+        read_only: every connection runs with ``default_transaction_read_only`` on:
+            no migration, and a write raises `ReadOnlyDatabase`.
 
     An instance belongs to the event loop that opened it.
     """
@@ -97,7 +99,13 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
     shareable_across_loops = False
 
     def __init__(
-        self, dsn: str, *, schema: str = "perdure", min_size: int = 1, max_size: int = 10
+        self,
+        dsn: str,
+        *,
+        schema: str = "perdure",
+        min_size: int = 1,
+        max_size: int = 10,
+        read_only: bool = False,
     ) -> None:
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
@@ -106,7 +114,8 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         if min_size < 0 or max_size < 1 or min_size > max_size:
             raise ConfigurationError(f"bad pool size: min_size={min_size}, max_size={max_size}")
         self._schema = schema
-        self._db = PgConnections(dsn, schema, min_size, max_size)
+        self.read_only = read_only
+        self._db = PgConnections(dsn, schema, min_size, max_size, read_only=read_only)
         self._listener: Listener | None = None
         self._starts = Starts(self._db)
 
@@ -128,7 +137,15 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         await self._db.close()
 
     async def migrate(self) -> int:
+        if self.read_only:
+            raise ReadOnlyDatabase(
+                f"schema {self._schema} is open read-only: migrating writes",
+                opened_read_only=True,
+            )
         return await migrate(self._db, self._schema)
+
+    async def check_schema(self) -> int:
+        return await check_schema(self._db, self._schema)
 
     async def now(self) -> datetime:
         row = await self._db.one(QUERIES["now"])

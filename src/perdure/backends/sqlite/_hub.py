@@ -44,6 +44,7 @@ class NoticeHub:
         self._subscribers: dict[int, tuple[asyncio.AbstractEventLoop, _Callback, bool]] = {}
         self._watcher: ChangeWatcher | None = None
         self._empty_since = 0.0  # monotonic time the last subscriber left
+        self._unchanging = False
 
     def add(
         self, loop: asyncio.AbstractEventLoop, callback: _Callback, *, progress: bool = False
@@ -52,9 +53,14 @@ class NoticeHub:
         with self._lock:
             token = next(self._ids)
             self._subscribers[token] = (loop, callback, progress)
-            if self._watcher is None:
+            if self._watcher is None and not self._unchanging:
                 self._watcher = ChangeWatcher(self._path, self._elsewhere, self._wanted)
             return token
+
+    def unchanging(self) -> None:
+        """The file is read as immutable (no index to watch): start no change watcher."""
+        with self._lock:
+            self._unchanging = True
 
     def remove(self, token: int) -> None:
         with self._lock:

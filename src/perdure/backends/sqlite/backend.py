@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ...errors import BackendError, ConfigurationError
+from ...errors import BackendError, ConfigurationError, ReadOnlyDatabase
 from ...flows.definition import FlowShape
 from ...records import (
     Claim,
@@ -67,6 +67,7 @@ from . import (
     _workers,
 )
 from ._convert import to_dt
+from ._files import ReadOnlySession, check_schema, create_private, open_read_only, refused_write
 from ._hub import hub_for
 from ._json import json_contains
 from ._session import MIGRATIONS, QUERIES, Session, is_busy, split_statements
@@ -97,6 +98,9 @@ class SQLiteBackend(Backend):
             the last commits) or ``FULL`` (no acknowledged commit is lost).
         busy_timeout_ms: how long a statement waits for another process's write lock.
         clock: the database clock in Unix seconds; every "now" comes from it.
+        read_only: open the file with SQLite's read-only mode (it must exist; it may
+            be a file or directory this process cannot write): no migration, and a
+            write raises `ReadOnlyDatabase`.
     """
 
     dialect = "sqlite"
@@ -109,6 +113,7 @@ class SQLiteBackend(Backend):
         synchronous: str = "NORMAL",
         busy_timeout_ms: int = 30_000,
         clock: Callable[[], float] = time.time,
+        read_only: bool = False,
     ) -> None:
         mode = str(synchronous).upper()
         if mode not in _SYNCHRONOUS:
@@ -121,6 +126,7 @@ class SQLiteBackend(Backend):
         self._synchronous = mode
         self._busy_timeout_ms = busy_timeout_ms
         self._clock = clock
+        self.read_only = read_only
         self._hub = hub_for(self.path)
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -154,33 +160,47 @@ class SQLiteBackend(Backend):
         return await asyncio.wrap_future(future)
 
     def _connect(self) -> Session:
-        _create_private(self.path)
-        conn = sqlite3.connect(
-            self.path,
-            timeout=self._busy_timeout_ms / 1000,
-            isolation_level=None,
-            cached_statements=_CACHED_STATEMENTS,
-        )
+        timeout = self._busy_timeout_ms / 1000
+        if self.read_only:
+            conn, immutable = open_read_only(
+                self.path, timeout=timeout, cached_statements=_CACHED_STATEMENTS
+            )
+            if immutable:
+                self._hub.unchanging()
+        else:
+            create_private(self.path)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=timeout,
+                isolation_level=None,
+                cached_statements=_CACHED_STATEMENTS,
+            )
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                log.warning(
-                    "SQLite file %s is not in WAL mode (journal_mode=%s): is it on a network "
-                    "filesystem? Concurrent workers will be slow or fail.",
-                    self.path,
-                    mode,
-                )
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            if not self.read_only:
+                self._set_up_writes(conn)
             conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.create_function("json_contains", 2, json_contains, deterministic=True)
             conn.create_function("new_lease_token", 0, _claims.new_lease_token)
         except BaseException:
             conn.close()
             raise
+        if self.read_only:
+            return ReadOnlySession(conn, self._clock, self._hub.commit, self.path)
         return Session(conn, self._clock, self._hub.commit)
+
+    def _set_up_writes(self, conn: sqlite3.Connection) -> None:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            log.warning(
+                "SQLite file %s is not in WAL mode (journal_mode=%s): is it on a network "
+                "filesystem? Concurrent workers will be slow or fail.",
+                self.path,
+                mode,
+            )
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
 
     def _run(
         self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
@@ -198,6 +218,9 @@ class SQLiteBackend(Backend):
             except sqlite3.Error as exc:
                 if session is not None:
                     self._rollback(session)
+                refused = refused_write(exc, self.path, self.read_only)
+                if refused is not None:
+                    raise refused from exc
                 busy = isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
                 if busy and attempt < _BUSY_ATTEMPTS:
                     log.debug("SQLite busy (%s); retrying in %.2fs", exc, delay)
@@ -231,7 +254,16 @@ class SQLiteBackend(Backend):
         await self._call(_noop)
 
     async def migrate(self) -> int:
+        if self.read_only:
+            raise ReadOnlyDatabase(
+                f"{self.path} is open read-only: migrating writes to it",
+                str(self.path),
+                opened_read_only=True,
+            )
         return await self._call(_migrate)
+
+    async def check_schema(self) -> int:
+        return await self._call(check_schema, self.path)
 
     async def close(self) -> None:
         with self._lock:
@@ -500,18 +532,3 @@ def _sweep(s: Session, max_retention_days: int, limit: int) -> int:
         s.run(QUERIES["sweep_published"], {"before": before})
         s.run(QUERIES["sweep_workers"], {"before": before})
         return deleted
-
-
-def _create_private(path: Path) -> None:
-    """Create the database file readable by its owner only (0600) if it is missing.
-
-    SQLite gives the ``-wal`` and ``-shm`` files it creates the database file's
-    permissions, so every payload stays private. An existing file keeps its mode.
-    """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise BackendError(f"cannot create the SQLite file {path}: {exc.strerror}") from exc
-    os.close(fd)

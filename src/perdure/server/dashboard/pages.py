@@ -59,6 +59,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
         csrf=sessions_of(request).csrf(session),
         signed_in=session.signed_in,
         notice=NOTICES.get(request.query_params.get("notice", "")),
+        read_only=app_of(request).settings.read_only,  # no action buttons
         **context,
     )
     answer = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)

@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS schema_version (
 -- The highest applied migration (0 on an empty schema).
 SELECT coalesce(max(version), 0) FROM schema_version
 
+-- name: schema_version_exists
+-- Whether the schema has its schema_version table (read-only mode checks, never creates).
+SELECT to_regclass(format('%%I.schema_version', %(schema)s::text)) IS NOT NULL
+
 -- name: record_migration
 -- Record one applied migration.
 INSERT INTO schema_version (version) VALUES (%(version)s)

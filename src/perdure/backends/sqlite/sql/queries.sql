@@ -884,3 +884,7 @@ WHERE name = :name AND next_at = :from_at AND paused = 0
 -- name: run_keys
 -- A run's flow-control keys (a fork keeps them).
 SELECT concurrency_key, fifo_key, rate_key FROM runs WHERE id = :id
+
+-- name: schema_version_exists
+-- Whether the file has perdure's schema_version table (read-only mode checks, never creates).
+SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version') AS found
