@@ -480,7 +480,14 @@ def _set_clock_offset(s: Session, seconds: float) -> None:
 def _queue_gauges(s: Session) -> list[QueueGauge]:
     rows = s.all(QUERIES["queue_gauges"], {"now": s.clock()})
     return [
-        QueueGauge(r["workflow"], int(r["running"]), int(r["due"]), max(0.0, float(r["lag"])))
+        QueueGauge(
+            r["workflow"],
+            int(r["running"]),
+            int(r["due"]),
+            max(0.0, float(r["lag"])),
+            int(r["pending"]),
+            int(r["waiting"]),
+        )
         for r in rows
     ]
 
