@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,26 +15,49 @@ import click
 from ..app import App
 from ..durations import moment
 from ..errors import ValidationError
+from .config import ProjectConfig
+from .discover import discover
 
-__all__ = ["client", "json_arg", "load_app", "time_arg"]
+__all__ = ["client", "json_arg", "load_app", "project_app", "time_arg"]
 
 
 def client(ctx: click.Context) -> App:
-    """The App of this command (closed when the command ends): the one ``--app`` names
-    (its codec and redaction apply), else one on ``--database``."""
-    spec = ctx.obj.get("app")
-    app = load_app(spec) if spec else App(ctx.obj["database"], schema=ctx.obj["schema"])
+    """The App of this command (closed when the command ends): the project's
+    (``--app``, else the config's app or discovery; its codec and redaction apply),
+    else one on ``--database``."""
+    app = project_app(ctx) or App(ctx.obj["database"], schema=ctx.obj["schema"])
     ctx.call_on_close(app.close)
     return app
 
 
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+def project_app(ctx: click.Context, *specs: str | None) -> App | None:
+    """The App a command names: the first of ``specs`` given (a command's APP argument
+    and ``--app`` option; two different ones are a usage error), else the global
+    ``--app``/``PERDURE_APP``, else the config's ``app``, else the one discovery finds
+    under the config's ``paths``; None when nothing names one."""
+    given = {s for s in specs if s}
+    if len(given) > 1:
+        raise click.UsageError(f"APP and --app name different apps: {', '.join(sorted(given))}")
+    spec = next(iter(given), None) or ctx.obj.get("app")
+    if spec:
+        return load_app(spec)
+    project: ProjectConfig = ctx.obj.get("config") or ProjectConfig()
+    if project.app and project.root is not None:
+        return load_app(project.app, root=project.root)
+    if project.paths and project.root is not None:
+        return discover(project.root, project.paths, project.ignore).app
+    return None
+
+
+def load_app(spec: str, *, root: Path | None = None) -> App:
+    """Import ``module:attribute`` (the current directory, and ``root`` when given, are
+    importable) and return the App."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"APP must look like module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    for directory in (os.getcwd(), None if root is None else str(root)):
+        if directory is not None and directory not in sys.path:
+            sys.path.insert(0, directory)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
