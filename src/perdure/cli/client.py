@@ -18,7 +18,24 @@ from ..errors import ValidationError
 from .config import ProjectConfig
 from .discover import discover
 
-__all__ = ["client", "json_arg", "load_app", "project_app", "time_arg"]
+__all__ = [
+    "app_option",
+    "client",
+    "first",
+    "json_arg",
+    "load_app",
+    "project_app",
+    "require_app",
+    "time_arg",
+]
+
+#: ``--app`` of a command that takes an APP argument (``worker``, ``serve``).
+app_option = click.option(
+    "--app",
+    "app_option",
+    metavar="MODULE:ATTR",
+    help="The App, as the APP argument (default: the config's app, or discovery).",
+)
 
 
 def client(ctx: click.Context) -> App:
@@ -47,6 +64,22 @@ def project_app(ctx: click.Context, *specs: str | None) -> App | None:
     if project.paths and project.root is not None:
         return discover(project.root, project.paths, project.ignore).app
     return None
+
+
+def require_app(ctx: click.Context, *specs: str | None) -> App:
+    """`project_app`, or a usage error saying how to name one."""
+    app = project_app(ctx, *specs)
+    if app is None:
+        raise click.UsageError(
+            "no APP: pass APP (module:attribute) or --app, or set app or paths in the "
+            "config file (perdure init makes one)"
+        )
+    return app
+
+
+def first(*values: int | None) -> int:
+    """The first value given (a flag, then the config, then the default)."""
+    return next(v for v in values if v is not None)
 
 
 def load_app(spec: str, *, root: Path | None = None) -> App:

@@ -24,7 +24,7 @@ from ..errors import ConfigurationError, PerdureError
 from ..records import WorkerInfo
 from ..telemetry.setup import configure_tracing
 from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
-from .client import client, json_arg, project_app
+from .client import app_option, client, first, json_arg, project_app, require_app
 from .config import load_config
 from .init import init
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
@@ -108,27 +108,10 @@ cli.add_command(runs)
 cli.add_command(schedules)
 cli.add_command(init)
 
-_APP_OPTION = click.option(
-    "--app",
-    "app_option",
-    metavar="MODULE:ATTR",
-    help="The App, as the APP argument (default: the config's app, or discovery).",
-)
-
-
-def _require_app(ctx: click.Context, *specs: str | None) -> App:
-    app = project_app(ctx, *specs)
-    if app is None:
-        raise click.UsageError(
-            "no APP: pass APP (module:attribute) or --app, or set app or paths in the "
-            "config file (perdure init makes one)"
-        )
-    return app
-
 
 @cli.command()
 @click.argument("app_spec", metavar="[APP]", required=False)
-@_APP_OPTION
+@app_option
 @click.option("--concurrency", type=click.IntRange(1), help="Runs executed at once.  [default: 10]")
 @click.option("--workflows", multiple=True, help="Glob of workflow names to serve (repeatable).")
 @click.option("--lease", help="Lease length without heartbeat.  [default: 30s]")
@@ -177,7 +160,7 @@ def worker(
         configure_logging(logging.getLogger().level, log_format)
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
-    app = _require_app(ctx, app_spec, app_option)
+    app = require_app(ctx, app_spec, app_option)
     project = ctx.obj["config"]
     configure_tracing()
     w = app.worker(
@@ -196,7 +179,7 @@ def worker(
 
 @cli.command()
 @click.argument("app_spec", metavar="[APP]", required=False)
-@_APP_OPTION
+@app_option
 @click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port.  [default: 8000]")
 @click.pass_context
@@ -225,7 +208,7 @@ def serve(
     configure_tracing()
     try:
         run_server(
-            app, host=host or server.host or "127.0.0.1", port=_first(port, server.port, 8000)
+            app, host=host or server.host or "127.0.0.1", port=first(port, server.port, 8000)
         )
     finally:
         app.close()
@@ -447,10 +430,6 @@ def _watch(app: App, run_ids: list[str], timeout: float = 120.0) -> None:
                 return
             time.sleep(0.2)
     fail("the demo runs did not finish in time")
-
-
-def _first(*values: int | None) -> int:
-    return next(v for v in values if v is not None)
 
 
 def main() -> None:
