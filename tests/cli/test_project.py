@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.engine.helpers import wait_for
-from tests.server.harness import environment, server
+from tests.server.harness import Http, environment, free_port, server
 
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 
@@ -204,3 +204,30 @@ def test_app_is_taken_as_an_argument_an_option_or_from_the_config(
     finally:
         out = _stop(worker)
     assert "serving" in out and "greet@1" in out, out
+
+
+def test_serve_with_no_arguments_takes_the_app_host_and_port_from_the_config(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    (tmp_path / "srv_app.py").write_text("from perdure import App\n\napp = App()\n")
+    (tmp_path / "perdure.toml").write_text(
+        f'app = "srv_app:app"\ndatabase_url = "sqlite:///served.db"\n[server]\nport = {port}\n'
+    )
+    proc = _spawn(tmp_path, _env(), "serve")
+    http = Http(f"http://127.0.0.1:{port}")
+
+    def answers() -> bool:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            return http.get("/healthz").status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, 30)
+        started = http.post("/v1/workflows/anything/runs", {"input": 1})
+        assert started.status == 201, started.body
+    finally:
+        _stop(proc)
+    assert (tmp_path / "served.db").exists()  # the config's database, beside it
