@@ -350,13 +350,16 @@ class Claim:
 @dataclass(frozen=True, slots=True)
 class QueueGauge:
     """The database's gauges of one workflow with live runs (`Backend.queue_gauges`):
-    runs ``running``, runs ``due`` (pending or waiting, claimable now) and the seconds
-    the oldest due run has waited (``claim_lag``; 0 when none is due)."""
+    runs ``running``, runs ``due`` (pending or waiting, claimable now), the seconds
+    the oldest due run has waited (``claim_lag``; 0 when none is due), and the runs
+    ``pending`` and ``waiting`` (due or not: a run parked for a week counts)."""
 
     workflow: str
     running: int
     due: int
     claim_lag: float
+    pending: int
+    waiting: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,7 @@ def test_every_route_end_to_end(database, tmp_path: Path) -> None:  # type: igno
         with urllib.request.urlopen(http.base + "/metrics", timeout=10) as answer:
             assert answer.headers["Content-Type"].startswith("text/plain")
             text = answer.read().decode()
-        assert 'workflow_runs_in_flight{workflow="greet"} 0.0' in text
+        assert 'workflow_runs_in_flight{state="running",workflow="greet"} 0.0' in text
         assert 'workflow_queue_depth{workflow="approval"} 0.0' in text
 
 

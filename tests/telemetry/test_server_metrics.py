@@ -64,9 +64,10 @@ def test_the_server_serves_metrics_counts_signals_and_sweeps(database: Any, tmp_
         (("workflow", "approval"),): 1.0,
         (("workflow", "greet"),): 1.0,
     }
-    assert metrics["workflow_runs_in_flight"] == {
-        (("workflow", "approval"),): 0.0,
-        (("workflow", "greet"),): 0.0,
+    assert metrics["workflow_runs_in_flight"] == {  # no worker: each one pending
+        (("state", state), ("workflow", name)): 1.0 if state == "pending" else 0.0
+        for name in ("approval", "greet")
+        for state in ("pending", "running", "waiting")
     }
     lags = metrics["workflow_claim_lag_seconds"]
     assert set(lags) == {(("workflow", "approval"),), (("workflow", "greet"),)}

@@ -31,7 +31,7 @@ def test_the_text_format_has_cumulative_buckets_every_name_and_zero_gauges() -> 
     wf.count(wf.completed, "failed")
     wf.run_duration.observe(2.0)
     store.swept = 4
-    gauges = [QueueGauge("billing", 2, 5, 1.5)]
+    gauges = [QueueGauge("billing", 2, 5, 1.5, 4, 3)]
     text = render(store, gauges, ["billing", "idle"]).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert {f"{n.removesuffix('_total')}" for n in METRIC_NAMES} <= set(families)
@@ -47,7 +47,11 @@ def test_the_text_format_has_cumulative_buckets_every_name_and_zero_gauges() -> 
     assert values[("workflow_runs_started_total", (("workflow", "billing"),))] == 3
     assert values[("workflow_retention_swept_total", ())] == 4
     assert values[("workflow_queue_depth", (("workflow", "billing"),))] == 5
-    assert values[("workflow_runs_in_flight", (("workflow", "billing"),))] == 2
+    in_flight = "workflow_runs_in_flight"
+    assert values[(in_flight, (("state", "running"), ("workflow", "billing")))] == 2
+    assert values[(in_flight, (("state", "pending"), ("workflow", "billing")))] == 4
+    assert values[(in_flight, (("state", "waiting"), ("workflow", "billing")))] == 3
+    assert values[(in_flight, (("state", "waiting"), ("workflow", "idle")))] == 0
     assert values[("workflow_claim_lag_seconds", (("workflow", "billing"),))] == 1.5
     assert values[("workflow_queue_depth", (("workflow", "idle"),))] == 0
     # Without the database, the gauges are left out rather than reported as zero.

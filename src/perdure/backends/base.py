@@ -492,8 +492,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def queue_gauges(self) -> list[QueueGauge]:
-        """Per workflow with live runs: how many run, how many are due for a claim, and
-        how long the oldest due one has waited (the metrics' database gauges)."""
+        """Per workflow with live runs: how many run, how many are due for a claim, how
+        long the oldest due one has waited, and how many are pending and waiting (the
+        metrics' database gauges)."""
 
     # ------------------------------------------------------------------ schedules
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,20 +16,38 @@ import click
 from ..app import App
 from ..durations import moment
 from ..errors import ValidationError
+from .config import ProjectConfig
+from .discover import discover
 
-__all__ = ["client", "json_arg", "load_app", "read_only_twin", "time_arg"]
+__all__ = [
+    "app_option",
+    "client",
+    "first",
+    "json_arg",
+    "load_app",
+    "project_app",
+    "read_only_twin",
+    "require_app",
+    "time_arg",
+]
+
+#: ``--app`` of a command that takes an APP argument (``worker``, ``serve``).
+app_option = click.option(
+    "--app",
+    "app_option",
+    metavar="MODULE:ATTR",
+    help="The App, as the APP argument (default: the config's app, or discovery).",
+)
 
 
 def client(ctx: click.Context, *, read_only: bool = False) -> App:
-    """The App of this command (closed when the command ends): the one ``--app`` names
-    (its codec and redaction apply), else one on ``--database``. A read command asks
-    for ``read_only``: the database is opened read-only (it may be a file this process
-    cannot write) and never migrated."""
-    spec = ctx.obj.get("app")
-    if spec:
-        app = load_app(spec)
-        if read_only and not app.settings.read_only:
-            app = read_only_twin(app)
+    """The App of this command (closed when the command ends): the project's
+    (``--app``, else the config's app or discovery; its codec and redaction apply),
+    else one on ``--database``. A read command asks for ``read_only``: the database is
+    opened read-only (it may be a file this process cannot write) and never migrated."""
+    found = project_app(ctx)
+    if found is not None:
+        app = read_only_twin(found) if read_only and not found.settings.read_only else found
     else:
         app = App(ctx.obj["database"], schema=ctx.obj["schema"], read_only=read_only or None)
     ctx.call_on_close(app.close)
@@ -44,13 +63,50 @@ def read_only_twin(app: App) -> App:
     return twin
 
 
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+def project_app(ctx: click.Context, *specs: str | None) -> App | None:
+    """The App a command names: the first of ``specs`` given (a command's APP argument
+    and ``--app`` option; two different ones are a usage error), else the global
+    ``--app``/``PERDURE_APP``, else the config's ``app``, else the one discovery finds
+    under the config's ``paths``; None when nothing names one."""
+    given = {s for s in specs if s}
+    if len(given) > 1:
+        raise click.UsageError(f"APP and --app name different apps: {', '.join(sorted(given))}")
+    spec = next(iter(given), None) or ctx.obj.get("app")
+    if spec:
+        return load_app(spec)
+    project: ProjectConfig = ctx.obj.get("config") or ProjectConfig()
+    if project.app and project.root is not None:
+        return load_app(project.app, root=project.root)
+    if project.paths and project.root is not None:
+        return discover(project.root, project.paths, project.ignore).app
+    return None
+
+
+def require_app(ctx: click.Context, *specs: str | None) -> App:
+    """`project_app`, or a usage error saying how to name one."""
+    app = project_app(ctx, *specs)
+    if app is None:
+        raise click.UsageError(
+            "no APP: pass APP (module:attribute) or --app, or set app or paths in the "
+            "config file (perdure init makes one)"
+        )
+    return app
+
+
+def first(*values: int | None) -> int:
+    """The first value given (a flag, then the config, then the default)."""
+    return next(v for v in values if v is not None)
+
+
+def load_app(spec: str, *, root: Path | None = None) -> App:
+    """Import ``module:attribute`` (the current directory, and ``root`` when given, are
+    importable) and return the App."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"APP must look like module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    for directory in (os.getcwd(), None if root is None else str(root)):
+        if directory is not None and directory not in sys.path:
+            sys.path.insert(0, directory)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

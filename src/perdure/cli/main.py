@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -19,11 +20,21 @@ from rich.table import Table
 from .._logging import configure as configure_logging
 from ..app import App
 from ..durations import to_seconds
-from ..errors import PerdureError, ReadOnlyDatabase
+from ..errors import ConfigurationError, PerdureError, ReadOnlyDatabase
 from ..records import WorkerInfo
 from ..telemetry.setup import configure_tracing
 from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
-from .client import client, json_arg, load_app, read_only_twin
+from .client import (
+    app_option,
+    client,
+    first,
+    json_arg,
+    project_app,
+    read_only_twin,
+    require_app,
+)
+from .config import load_config
+from .init import init
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
 from .runs import runs
 from .schedules import schedules
@@ -57,6 +68,14 @@ class _Group(click.Group):
     help="Your App as module:attribute: its codec and redaction apply to what commands "
     "read and print. Env: PERDURE_APP.",
 )
+@click.option(
+    "--config",
+    "config_file",
+    envvar="PERDURE_CONFIG",
+    type=click.Path(dir_okay=False),
+    help="The config file (perdure.toml, or pyproject.toml with [tool.perdure]); "
+    "default: the nearest one upward from here. Env: PERDURE_CONFIG.",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.option(
     "--log-format",
@@ -72,28 +91,42 @@ def cli(
     database: str | None,
     schema: str | None,
     app_spec: str | None,
+    config_file: str | None,
     verbose: int,
     log_format: str,
 ) -> None:
     """perdure: durable workflows journaled in PostgreSQL or SQLite."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     configure_logging(level, log_format)
+    # The flag or its variable, then the config file (docs/cli.md#config).
+    try:
+        project = load_config(config_file, Path.cwd())
+    except ConfigurationError as exc:
+        fail(str(exc), code=2)
+    database = database or project.database_url
+    schema = schema or project.schema
+    for name, value in project.telemetry.otel_env().items():
+        os.environ.setdefault(name, value)
+    if project.server.allowed_hosts:
+        os.environ.setdefault("PERDURE_ALLOWED_HOSTS", ",".join(project.server.allowed_hosts))
     if database:
         os.environ["PERDURE_DATABASE_URL"] = database  # apps built by APP modules see it too
     if schema:
         os.environ["PERDURE_SCHEMA"] = schema
-    ctx.obj = {"database": database, "schema": schema, "app": app_spec}
+    ctx.obj = {"database": database, "schema": schema, "app": app_spec, "config": project}
 
 
 cli.add_command(runs)
 cli.add_command(schedules)
+cli.add_command(init)
 
 
 @cli.command()
-@click.argument("app_spec", metavar="APP")
-@click.option("--concurrency", default=10, show_default=True, help="Runs executed at once.")
+@click.argument("app_spec", metavar="[APP]", required=False)
+@app_option
+@click.option("--concurrency", type=click.IntRange(1), help="Runs executed at once.  [default: 10]")
 @click.option("--workflows", multiple=True, help="Glob of workflow names to serve (repeatable).")
-@click.option("--lease", default="30s", show_default=True, help="Lease length without heartbeat.")
+@click.option("--lease", help="Lease length without heartbeat.  [default: 30s]")
 @click.option("--poll-interval", type=float, default=None, help="Fallback polling period (s).")
 @click.option(
     "--metrics-port",
@@ -103,9 +136,7 @@ cli.add_command(schedules)
 )
 @click.option(
     "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address of the metrics endpoint (0.0.0.0 for a remote scraper).",
+    help="Address of the metrics endpoint (0.0.0.0 for a remote scraper).  [default: 127.0.0.1]",
 )
 @click.option(
     "--log-format",
@@ -113,17 +144,23 @@ cli.add_command(schedules)
     default=None,
     help="Log lines as text or JSON (as the global option).",
 )
+@click.pass_context
 def worker(
-    app_spec: str,
-    concurrency: int,
+    ctx: click.Context,
+    app_spec: str | None,
+    app_option: str | None,
+    concurrency: int | None,
     workflows: tuple[str, ...],
-    lease: str,
+    lease: str | None,
     poll_interval: float | None,
     metrics_port: int | None,
-    metrics_host: str,
+    metrics_host: str | None,
     log_format: str | None,
 ) -> None:
     """Run a worker for APP (module:attribute) until SIGTERM/SIGINT.
+
+    Without APP: --app, else the config file's app, else the App that discovery
+    finds under its paths; the config's [worker] values are the defaults.
 
     It logs every retry, failure, park and recovery of a run with its reason, one line
     each (INFO/WARNING), with the run id and workflow. With --metrics-port it serves
@@ -135,15 +172,16 @@ def worker(
         configure_logging(logging.getLogger().level, log_format)
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
-    app = load_app(app_spec)
+    app = require_app(ctx, app_spec, app_option)
+    project = ctx.obj["config"]
     configure_tracing()
     w = app.worker(
-        concurrency=concurrency,
-        workflows=list(workflows) or None,
-        lease=lease,
-        poll_interval=poll_interval,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
+        concurrency=concurrency or project.worker.concurrency or 10,
+        workflows=list(workflows or project.worker.workflows) or None,
+        lease=lease or project.worker.lease or "30s",
+        poll_interval=poll_interval or project.worker.poll_interval,
+        metrics_port=project.telemetry.metrics_port if metrics_port is None else metrics_port,
+        metrics_host=metrics_host or project.telemetry.metrics_host or "127.0.0.1",
     )
     try:
         w.run()
@@ -153,8 +191,9 @@ def worker(
 
 @cli.command()
 @click.argument("app_spec", metavar="[APP]", required=False)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@app_option
+@click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port.  [default: 8000]")
 @click.option(
     "--allowed-host",
     "allowed_hosts",
@@ -185,8 +224,9 @@ def worker(
 def serve(
     ctx: click.Context,
     app_spec: str | None,
-    host: str,
-    port: int,
+    app_option: str | None,
+    host: str | None,
+    port: int | None,
     allowed_hosts: tuple[str, ...],
     session_lifetime: str,
     header_timeout: float,
@@ -194,11 +234,12 @@ def serve(
 ) -> None:
     """Serve the REST API (docs/api.md) and the dashboard until SIGTERM/SIGINT.
 
-    With APP (module:attribute) the server uses that App; without, the database of
-    --database. Set PERDURE_API_TOKENS (comma-separated) to require a bearer token;
-    without tokens the server listens on loopback only. It answers only to loopback
-    Host names, the --host address and --allowed-host names (docs/security.md).
-    With --read-only (or PERDURE_READ_ONLY=1) it changes nothing."""
+    With APP or --app (module:attribute), or the config file's app or discovery, the
+    server uses that App; without, the database of --database. The config's [server]
+    values are the defaults. Set PERDURE_API_TOKENS (comma-separated) to require a
+    bearer token; without tokens the server listens on loopback only. It answers only
+    to loopback Host names, the --host address and --allowed-host names
+    (docs/security.md). With --read-only (or PERDURE_READ_ONLY=1) it changes nothing."""
     try:
         from ..server import serve as run_server
     except ImportError:
@@ -211,19 +252,19 @@ def serve(
         fail("--session-lifetime must be more than zero", 2)
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("perdure").setLevel(logging.INFO)
-    spec = app_spec or ctx.obj["app"]
-    if spec:
-        app = load_app(spec)
-        app = read_only_twin(app) if read_only and not app.settings.read_only else app
+    found = project_app(ctx, app_spec, app_option)
+    if found is not None:
+        app = read_only_twin(found) if read_only and not found.settings.read_only else found
     else:
         app = App(ctx.obj["database"], schema=ctx.obj["schema"], read_only=read_only or None)
+    server = ctx.obj["config"].server
     configure_tracing()
     try:
         run_server(
             app,
-            host=host,
-            port=port,
-            allowed_hosts=allowed_hosts,
+            host=host or server.host or "127.0.0.1",
+            port=first(port, server.port, 8000),
+            allowed_hosts=allowed_hosts or server.allowed_hosts,
             session_lifetime=lifetime,
             header_timeout=header_timeout,
         )

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from ..redaction import Redaction
@@ -27,6 +27,7 @@ __all__ = [
     "StartOut",
     "StepOut",
     "SubscriptionIn",
+    "TopicSubscriptionIn",
     "WorkerOut",
     "WorkflowOut",
 ]
@@ -250,6 +251,26 @@ class SubscriptionIn(In):
 
     pattern: str
     workflow: str
+
+
+class TopicSubscriptionIn(Model):
+    """Seed 000's subscription body: ``{"type": "workflow", "workflow": name}`` (the
+    seed's ``name`` is accepted for ``workflow``)."""
+
+    type: Literal["workflow"]
+    workflow: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> TopicSubscriptionIn:
+        if (self.workflow is None) == (self.name is None):
+            raise ValueError("give the workflow to start as workflow (or name), once")
+        return self
+
+    @property
+    def target(self) -> str:
+        """The workflow to start."""
+        return self.workflow or self.name or ""
 
 
 class SubscriptionOut(Model):

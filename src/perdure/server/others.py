@@ -15,6 +15,7 @@ from .models import (
     PublishedOut,
     SubscriptionIn,
     SubscriptionOut,
+    TopicSubscriptionIn,
     WorkerOut,
     WorkflowOut,
 )
@@ -74,6 +75,21 @@ async def subscribe(body: SubscriptionIn, request: Request, response: Response) 
     if not changed:
         response.status_code = 200
     return SubscriptionOut(pattern=body.pattern, workflow=body.workflow, changed=changed)
+
+
+@router.post(
+    "/v1/topics/{pattern}/subscriptions",
+    status_code=201,
+    response_model=SubscriptionOut,
+    responses={200: {"description": "The subscription existed already."}, **ERRORS},
+    tags=["events"],
+)
+async def subscribe_topic(
+    pattern: str, body: TopicSubscriptionIn, request: Request, response: Response
+) -> SubscriptionOut:
+    """Seed 000's route for `POST /v1/subscriptions`: start the workflow of
+    ``{"type": "workflow", "workflow": name}`` for every event matching ``pattern``."""
+    return await subscribe(SubscriptionIn(pattern=pattern, workflow=body.target), request, response)
 
 
 @router.delete(

@@ -135,9 +135,11 @@ class _Collector:
     def _db_gauges(self, gauges: Sequence[QueueGauge]) -> Iterator[Any]:
         core = self._core
         in_flight = core.GaugeMetricFamily(
-            "workflow_runs_in_flight", "Runs running now (read from the database).",
-            labels=["workflow"],
-        )  # fmt: skip
+            "workflow_runs_in_flight",
+            "Runs not yet ended, by state: pending, running (executing now), waiting "
+            "(read from the database).",
+            labels=["workflow", "state"],
+        )
         depth = core.GaugeMetricFamily(
             "workflow_queue_depth", "Runs due and waiting for a worker to claim them.",
             labels=["workflow"],
@@ -150,16 +152,22 @@ class _Collector:
         seen = set()
         for gauge in gauges:
             seen.add(gauge.workflow)
-            in_flight.add_metric([gauge.workflow], gauge.running)
+            for state, count in _states(gauge):
+                in_flight.add_metric([gauge.workflow, state], count)
             depth.add_metric([gauge.workflow], gauge.due)
             lag.add_metric([gauge.workflow], gauge.claim_lag)
         for name in self._workflows:
             if name not in seen:
                 seen.add(name)
-                in_flight.add_metric([name], 0)
+                for state in ("pending", "running", "waiting"):
+                    in_flight.add_metric([name, state], 0)
                 depth.add_metric([name], 0)
                 lag.add_metric([name], 0)
         yield from (in_flight, depth, lag)
+
+
+def _states(gauge: QueueGauge) -> tuple[tuple[str, int], ...]:
+    return (("pending", gauge.pending), ("running", gauge.running), ("waiting", gauge.waiting))
 
 
 def _histogram(family: Any, labels: list[str], hist: Histogram) -> None:

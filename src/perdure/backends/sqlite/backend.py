@@ -517,10 +517,8 @@ def _set_clock_offset(s: Session, seconds: float) -> None:
 
 def _queue_gauges(s: Session) -> list[QueueGauge]:
     rows = s.all(QUERIES["queue_gauges"], {"now": s.clock()})
-    return [
-        QueueGauge(r["workflow"], int(r["running"]), int(r["due"]), max(0.0, float(r["lag"])))
-        for r in rows
-    ]
+    counts = ("running", "due", "lag", "pending", "waiting")
+    return [QueueGauge(r["workflow"], *(max(0, r[c] or 0) for c in counts)) for r in rows]
 
 
 def _sweep(s: Session, max_retention_days: int, limit: int) -> int:

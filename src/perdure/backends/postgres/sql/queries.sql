@@ -693,12 +693,15 @@ gone AS (
 SELECT count(*)::integer FROM gone
 
 -- name: queue_gauges
--- Per workflow with live runs: running, due for a claim, and the oldest due one's wait.
+-- Per workflow with live runs: running, due for a claim, the oldest due one's wait,
+-- pending and waiting.
 SELECT workflow,
        count(*) FILTER (WHERE status = 'running')::integer,
        count(*) FILTER (WHERE status <> 'running' AND available_at <= perdure_now())::integer,
        coalesce(extract(epoch FROM perdure_now() - min(available_at) FILTER (
-           WHERE status <> 'running' AND available_at <= perdure_now())), 0)::double precision
+           WHERE status <> 'running' AND available_at <= perdure_now())), 0)::double precision,
+       count(*) FILTER (WHERE status = 'pending')::integer,
+       count(*) FILTER (WHERE status = 'waiting')::integer
 FROM runs
 WHERE status IN ('pending', 'waiting', 'running')
 GROUP BY workflow

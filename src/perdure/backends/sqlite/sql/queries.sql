@@ -675,12 +675,15 @@ ORDER BY seq
 UPDATE runs SET error = :error WHERE id = :id
 
 -- name: queue_gauges
--- Per workflow with live runs: running, due for a claim, and the oldest due one's wait.
+-- Per workflow with live runs: running, due for a claim, the oldest due one's wait,
+-- pending and waiting.
 SELECT workflow,
        sum(status = 'running') AS running,
        sum(status <> 'running' AND available_at <= :now) AS due,
        coalesce(:now - min(CASE WHEN status <> 'running' AND available_at <= :now
-                                THEN available_at END), 0.0) AS lag
+                                THEN available_at END), 0.0) AS lag,
+       sum(status = 'pending') AS pending,
+       sum(status = 'waiting') AS waiting
 FROM runs
 WHERE status IN ('pending', 'waiting', 'running')
 GROUP BY workflow
