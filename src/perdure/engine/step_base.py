@@ -47,6 +47,7 @@ class StepBase:
         self._control = control
         self._barrier = barrier
         self._commits = commits
+        self._cursor = commits.cursor
         self.journal: dict[str, Step] = {s.name: s for s in claim.journal}
         # Journaled steps the body has yet to reach in this pass: while any remain, it
         # replays (ctx.log is silent).

@@ -61,6 +61,8 @@ class PassSteps(WaitingSteps):
         timeout: float | None,
         rollback: Callable[[Any], Any] | None,
     ) -> Any:
+        if not self._cursor.ask(key, kind):  # not the next step the journal holds
+            await self._cursor.hold(key, kind)
         record = self._enter(key, kind)
         if record is not None and record.status != "retrying":
             if record.status == "failed":
@@ -111,6 +113,8 @@ class PassSteps(WaitingSteps):
         """Run (or replay) one transactional step; see `StepApi.transaction`. Journaled
         as a ``run`` step: it replays like one."""
         key = self._keys.next(name)
+        if not self._cursor.ask(key, "run"):  # not the next step the journal holds
+            await self._cursor.hold(key, "run")
         record = self._enter(key, "run")
         if record is not None and record.status != "retrying":
             if record.status == "failed":

@@ -29,6 +29,8 @@ class WaitingSteps(StepBase):
     async def sleep_until(self, name: str, when: datetime) -> None:
         """Durable timer; see `StepApi.sleep_until`."""
         key = self._keys.next(name)
+        if not self._cursor.ask(key, "sleep"):  # not the next step the journal holds
+            await self._cursor.hold(key, "sleep")
         record = self._enter(key, "sleep")
         until = when if record is None else datetime.fromisoformat(record.output["until"])
         if until <= self.now():
@@ -51,6 +53,8 @@ class WaitingSteps(StepBase):
     ) -> Any:
         """Durable wait for a signal or published event; see `StepApi.wait_for_event`."""
         key = self._keys.next(name)
+        if not self._cursor.ask(key, "wait"):  # not the next step the journal holds
+            await self._cursor.hold(key, "wait")
         record = self._enter(key, "wait")
         if record is not None:
             return record.output
@@ -76,6 +80,8 @@ class WaitingSteps(StepBase):
         the others when one is resolved, so the signals they would have taken stay
         buffered. A timeout journals every sibling as timed out."""
         key = self._keys.next(name)
+        if not self._cursor.ask(key, "wait"):  # not the next step the journal holds
+            await self._cursor.hold(key, "wait")
         self._enter(key, "wait")
         siblings = [f"{key}@{event}" for event in events]
         self._to_replay.difference_update(siblings)
@@ -134,6 +140,8 @@ class WaitingSteps(StepBase):
         signal can carry); past it the step fails with `ChildTimeout` and the child
         goes on."""
         key = self._keys.next(name)
+        if not self._cursor.ask(key, "child"):  # not the next step the journal holds
+            await self._cursor.hold(key, "child")
         record = self._enter(key, "child")
         if record is None:
             registered = self._waits.get(key)

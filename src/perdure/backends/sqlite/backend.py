@@ -466,6 +466,11 @@ def _migrate(s: Session) -> int:
         for migration in pending_migrations(MIGRATIONS, current):
             for statement in split_statements(migration.sql):
                 s.conn.execute(statement)
+                if statement.endswith("PRAGMA writable_schema = OFF;"):
+                    # A table's stored text was edited (a CHECK changed): every
+                    # connection, this one too, reads the schema again.
+                    cookie = int(s.conn.execute("PRAGMA schema_version").fetchone()[0])
+                    s.conn.execute(f"PRAGMA schema_version = {cookie + 1}")
             s.run(QUERIES["insert_schema_version"], {"version": migration.version, "now": now})
             log.info("applied SQLite migration %s", migration.name)
     return max(current, latest)
