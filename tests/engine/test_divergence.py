@@ -259,3 +259,51 @@ def test_retry_from_a_step_reruns_a_diverged_run_with_the_new_code(
     assert calls == Counter({"one": 1, "two": 1, "deux": 1, "three": 1})
     live = [s.name for s in app_b.get_steps(run_id)]
     assert live == ["one", "deux", "go", "three"]
+
+
+async def before_patch(ctx: Context, calls: Counter[str]) -> Any:
+    await _step(ctx, calls, "one")
+    await ctx.step.wait_for_event("go")
+    await _step(ctx, calls, "old")
+    await ctx.step.wait_for_event("go2")
+    return "old"
+
+
+async def with_patch(ctx: Context, calls: Counter[str]) -> Any:
+    await _step(ctx, calls, "one")
+    await ctx.step.wait_for_event("go")
+    if ctx.patched("fix"):
+        await _step(ctx, calls, "new")
+        branch = "new"
+    else:
+        await _step(ctx, calls, "old")
+        branch = "old"
+    await ctx.step.wait_for_event("go2")
+    return branch
+
+
+def test_patched_old_runs_take_the_old_branch_and_new_runs_the_new(
+    database: Any, apps: list[App], calls: Counter[str]
+) -> None:
+    app_a = _app(database, before_patch, calls)
+    app_b = _app(database, with_patch, calls)
+    apps += [app_a, app_b]
+    with app_a.worker():
+        past = app_a.start("deployed").id  # passes the patch point on the old code
+        app_a.signal(past, "go", None)
+        wait_for(lambda: app_a.get_run(past).wake_reason == "event" and calls["old"] == 1)
+        before = app_a.start("deployed").id  # stops short of it
+        wait_for(lambda: app_a.get_run(before).wake_reason == "event")
+    with app_b.worker():
+        fresh = app_b.start("deployed").id
+        app_b.signal(before, "go", None)
+        app_b.signal(fresh, "go", None)
+        wait_for(lambda: calls["new"] == 2)
+        for run_id in (past, before, fresh):  # each replays its branch once more
+            app_b.signal(run_id, "go2", None)
+        assert app_b.result(past, timeout=20) == "old"
+        assert app_b.result(before, timeout=20) == "new"
+        assert app_b.result(fresh, timeout=20) == "new"
+    assert calls == Counter({"one": 3, "old": 1, "new": 2})
+    for run_id in (past, before, fresh):
+        assert not [e for e in app_b.get_events(run_id) if e.type == "replay_diverged"]

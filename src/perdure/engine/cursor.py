@@ -69,6 +69,32 @@ class JournalCursor:
             self.asked.append(entry(kind, key))
         return True
 
+    def patched(self, patch_id: str) -> bool | None:
+        """A patch point: True if the journal holds its marker next (consumed) or
+        holds nothing more (the marker is recorded); False if other entries come
+        next (the run passed this point without the patch); None for a run with no
+        call order."""
+        if not self.active:
+            return None
+        pos = self._pos
+        if pos < self._end:
+            if self._kinds[pos] == "patch" and self._keys[pos] == patch_id:
+                self._pos = pos + 1
+                if self._held:
+                    self._release()
+                return True
+            return False
+        self.asked.append(entry("patch", patch_id))
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """A deprecated patch point: consume its marker if the journal holds it next."""
+        pos = self._pos
+        if pos < self._end and self._kinds[pos] == "patch" and self._keys[pos] == patch_id:
+            self._pos = pos + 1
+            if self._held:
+                self._release()
+
     async def hold(self, key: str, kind: str) -> None:
         """Hold an ask that is not next until it may go on; raises `ParkSignal` if the
         pass parks first (it diverged, unless the ask is released by then)."""

@@ -90,6 +90,16 @@ class StepBase:
 
     # ------------------------------------------------------------------ shared
 
+    def patched(self, patch_id: str) -> bool:
+        """See `Context.patched`. A run with no call order (journaled before it was
+        recorded) takes the patched branch only once nothing journaled is left."""
+        taken = self._cursor.patched(patch_id)
+        return not self._to_replay if taken is None else taken
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """See `Context.deprecate_patch`."""
+        self._cursor.deprecate_patch(patch_id)
+
     def _enter(self, key: str, kind: str) -> Step | None:
         """Enter a step call: the body reached ``key``; return its journal row, if any,
         after checking it was recorded as the same kind of step."""
