@@ -60,7 +60,8 @@ class Recovery(Reads):
     async def retry_async(
         self, run_id: str, *, from_step: str | None = None, by: str | None = None
     ) -> RunHandle:
-        """Resume a failed or cancelled run under the same id.
+        """Resume a failed or cancelled run under the same id (or one parked because its
+        replay diverged: the current code reruns it from ``from_step``).
 
         The journal from ``from_step`` on (default: the step that failed, if one did)
         is superseded: kept in the history (``get_steps(run_id, include_superseded=True)``)
@@ -76,7 +77,8 @@ class Recovery(Reads):
         when their dependencies complete (docs/operations.md).
 
         Raises:
-            RunStateError: the run is still live (pending, running or waiting).
+            RunStateError: the run is still live (pending, running or waiting, unless
+                its replay diverged).
             ValidationError: ``from_step`` is not in the run's journal (a flow: not one
                 of its steps), or the run is a flow's task.
             RunNotFound: no such run.

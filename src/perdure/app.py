@@ -130,6 +130,7 @@ class App(Recovery, Steering, ScheduleClient):
         rate_limit: str | None = None,
         rate_limit_key: KeyFn | None = None,
         fifo_key: KeyFn | None = None,
+        on_divergence: str = "park",
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -152,6 +153,7 @@ class App(Recovery, Steering, ScheduleClient):
         rate_limit: str | None = None,
         rate_limit_key: KeyFn | None = None,
         fifo_key: KeyFn | None = None,
+        on_divergence: str = "park",
     ) -> Any:
         """Register an ``async def body(ctx, input)`` as a workflow (bare or with options).
 
@@ -175,6 +177,10 @@ class App(Recovery, Steering, ScheduleClient):
                 (per ``rate_limit_key`` of the input, if given).
             fifo_key: a function of the input: runs with the same key run one at a
                 time, in start order.
+            on_divergence: what a run does when its replay no longer matches its
+                journal (the code changed under it, see docs/versioning.md):
+                ``"park"`` (default) waits, retried with backoff, until code that
+                replays it cleanly comes back; ``"fail"`` fails it.
 
         Keys are computed once, at start (see docs/limits.md).
 
@@ -199,6 +205,7 @@ class App(Recovery, Steering, ScheduleClient):
                 rate_limit=rate_limit,
                 rate_limit_key=rate_limit_key,
                 fifo_key=fifo_key,
+                on_divergence=on_divergence,
             )
             definition = replace(
                 definition,

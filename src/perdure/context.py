@@ -85,6 +85,12 @@ class StepRuntime(Protocol):
     ) -> Received | None:
         """Park until the first of ``events`` arrives or the timeout passes."""
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the patched branch (`Context.patched`)."""
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Accept the marker of a patch whose old branch is gone."""
+
 
 class StepApi:
     """Durable operations of a workflow body: ``ctx.step.run(...)`` and friends.
@@ -407,6 +413,34 @@ class Context:
             return record
 
         await self._runner.run_step(VALUE_PREFIX + key, recorded)
+
+    def patched(self, patch_id: str) -> bool:
+        """Change a workflow's code in place, without a new version: ``if
+        ctx.patched("fix-total"): new code, else: old code``.
+
+        True for a run that reaches this point on code that has the patch (the
+        journal records a marker there, so its replays take the same branch) and for
+        new runs; False for a run whose journal shows it passed this point without
+        the patch (it keeps replaying the old branch). Call it in the body's main
+        line, not inside parallel branches. Once no live run predates the patch,
+        replace the call with `deprecate_patch` and keep only the new branch; once
+        no live run holds the marker, remove that too (docs/versioning.md).
+
+        Raises:
+            ValidationError: ``patch_id`` does not follow the rules of step names.
+        """
+        validate_step_name(patch_id, what="patch id")
+        return self._runner.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Mark a patch whose old branch was removed: runs whose journal holds its
+        marker replay on, and new runs record nothing (see `patched`).
+
+        Raises:
+            ValidationError: ``patch_id`` does not follow the rules of step names.
+        """
+        validate_step_name(patch_id, what="patch id")
+        self._runner.deprecate_patch(patch_id)
 
     def __repr__(self) -> str:
         return f"<Context run={self.run_id} workflow={self.workflow} v{self.version}>"

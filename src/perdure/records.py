@@ -31,7 +31,9 @@ ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "running", "waiting"})
 
 StepKind = Literal["run", "sleep", "wait", "child", "rollback"]
 StepStatus = Literal["completed", "failed", "retrying"]
-WakeReason = Literal["sleep", "event", "retry", "child", "version", "released", "undecodable"]
+WakeReason = Literal[
+    "sleep", "event", "retry", "child", "version", "released", "undecodable", "divergence"
+]
 
 
 # --------------------------------------------------------------------------- public
@@ -345,6 +347,9 @@ class Claim:
     undecodable: str | None = None
     #: the W3C traceparent stored at the run's start (`NewRun.traceparent`)
     traceparent: str | None = None
+    #: the steps the body asked for, in the order it first asked (``"kind:key"``
+    #: entries); empty for a run journaled before the call order was recorded
+    call_order: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +411,8 @@ class Park:
 
     reason: str
     wake_at: datetime | None = None
+    #: stored as the run's error (a diverged run's `NonDeterminismError`); None keeps it
+    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +467,9 @@ class Transition:
     children: tuple[NewRun, ...] = ()
     step_attempts: int = 0
     outcome: Outcome | None = None
+    #: Steps the body asked for first in this pass, in call order (``"kind:key"``),
+    #: appended to the run's call order (`Claim.call_order`).
+    asked: tuple[str, ...] = ()
     #: Claim on complete: when the transition completes a DAG-flow task, the same
     #: transaction leases up to ``claim.limit`` of the tasks it started (the steps
     #: that became ready) of ``claim.workflows`` to ``claim.worker_id`` (as

@@ -45,6 +45,7 @@ class WorkflowDefinition:
         limits: flow control (concurrency, keys, rate limit, FIFO); see `perdure.limits`.
         schedule: a cron expression whose ticks start this workflow, or None.
         timezone: the IANA zone the schedule's cron is read in.
+        on_divergence: ``"park"`` or ``"fail"``: what a run whose replay diverged does.
     """
 
     name: str
@@ -59,6 +60,7 @@ class WorkflowDefinition:
     limits: Limits = NO_LIMITS
     schedule: str | None = None
     timezone: str = "UTC"
+    on_divergence: str = "park"
 
     async def call(self, ctx: Context, value: Any) -> Any:
         """Run the body once (an input annotated as a dataclass or pydantic model is
@@ -107,6 +109,7 @@ def define_workflow(
     rate_limit: str | None = None,
     rate_limit_key: KeyFn | None = None,
     fifo_key: KeyFn | None = None,
+    on_divergence: str = "park",
 ) -> WorkflowDefinition:
     """Validate decorator options and build the definition."""
     if not inspect.iscoroutinefunction(fn):
@@ -126,6 +129,8 @@ def define_workflow(
         raise ConfigurationError(
             f"workflow {wf_name!r} must take the context: async def {wf_name}(ctx, input)"
         )
+    if on_divergence not in ("park", "fail"):
+        raise ValidationError(f"on_divergence must be 'park' or 'fail', not {on_divergence!r}")
     topics: tuple[str, ...]
     if on is None:
         topics = ()
@@ -154,6 +159,7 @@ def define_workflow(
         ),
         schedule=None if schedule is None else check_cron(schedule),
         timezone=check_timezone(timezone),
+        on_divergence=on_divergence,
     )
 
 

@@ -99,6 +99,18 @@ class ParkBarrier:
         await request.future
         raise ParkSignal()  # the future only ever ends with ParkSignal
 
+    async def hold(self, request: ParkRequest) -> None:
+        """Block the calling branch until ``request.future`` is given a result (after
+        `release`: it goes on) or the pass parks (`ParkSignal`)."""
+        self.requests.append(request)
+        self._bump()
+        await request.future
+
+    def release(self, request: ParkRequest) -> None:
+        """Forget a held request (its branch goes on)."""
+        self.requests.remove(request)
+        self._bump()
+
     def reset(self) -> None:
         """Forget the requests of a body that ended (compensation drives a new one)."""
         self.requests = []

@@ -16,6 +16,7 @@ from ..errors import BackendError
 from ..records import StepWrite, Transition, TransitionResult
 from .barrier import ParkBarrier
 from .control import PassControl
+from .cursor import JournalCursor
 from .services import Transact
 from .suspend import AbandonSignal, Suspend
 
@@ -39,7 +40,10 @@ class PassCommits:
         commit: Callable[[Transition], Awaitable[TransitionResult]],
         control: PassControl,
         barrier: ParkBarrier,
+        cursor: JournalCursor,
     ) -> None:
+        #: The pass's place in the run's call order; its new asks ride on each commit.
+        self.cursor = cursor
         self._run_id = run_id
         self._token = token
         self._commit = commit
@@ -125,13 +129,15 @@ class PassCommits:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
+        asked = self.cursor.take_asked()
         if not self._pending:
-            return transition
+            return replace(transition, asked=asked) if asked else transition
         pending, self._pending = self._pending, []
         return replace(
             transition,
             steps=(*pending, *transition.steps),
             step_attempts=transition.step_attempts + len(pending),
+            asked=asked,
         )
 
     def _flush_later(self) -> None:

@@ -39,6 +39,8 @@ from .barrier import ParkBarrier
 from .commits import PassCommits
 from .compensation import compensated_error, run_rollbacks
 from .control import PassControl
+from .cursor import JournalCursor
+from .divergence import diverged_outcome
 from .run_log import log_outcome
 from .services import PassResult, RunServices
 from .steps import PassSteps
@@ -63,8 +65,14 @@ class Runner:
         self.token = claim.lease_token
         self._control = PassControl(claim.now, on_abandon=self._on_abandon)
         self._barrier = ParkBarrier()
+        history = bool(claim.journal or claim.waits)
         self._commits = PassCommits(
-            self.run.id, self.token, services.commit, self._control, self._barrier
+            self.run.id,
+            self.token,
+            services.commit,
+            self._control,
+            self._barrier,
+            JournalCursor(claim.call_order, history, self._barrier),
         )
         self._telemetry = services.telemetry.pass_began(claim)
         self.steps = PassSteps(
@@ -158,6 +166,9 @@ class Runner:
             self._control.abandoned = "cancelled"
             return PassResult("abandoned")
         exc = body.exception()
+        if (exc is None or not contains(exc, Suspend)) and self._commits.cursor.unasked():
+            body.exception()  # the body ended before the steps its journal holds
+            return await self._diverged()
         if exc is None:
             try:
                 output = encode(
@@ -190,6 +201,8 @@ class Runner:
 
     async def _park(self) -> PassResult:
         requests = self._barrier.requests
+        if any(r.reason == "divergence" for r in requests):
+            return await self._diverged()
         # A step attempt that failed and will be retried is counted here (the cap
         # counts retries: a step with unlimited retries still meets it).
         retried = sum(1 for r in requests for s in r.steps if s.status == "retrying")
@@ -207,6 +220,27 @@ class Runner:
         )
         reason = "; ".join(r.describe() for r in requests)
         return await self._finish(transition, "parked", wake_at=wake_at, reason=reason)
+
+    async def _diverged(self) -> PassResult:
+        """The replay no longer matches the journal: park the run (or fail it, with
+        ``on_divergence="fail"``), committing nothing else of this pass's body."""
+        detail = self._commits.cursor.divergence()
+        fail = self.definition.on_divergence == "fail"
+        transition, wake_at, message = diverged_outcome(
+            self.run, self.token, detail, self.now(), fail=fail
+        )
+        self._telemetry.diverged()
+        log.warning(
+            "run %s (%s v%s): replay diverged: %s",
+            self.run.id,
+            self.run.workflow,
+            self.run.version,
+            message,
+            extra={"run_id": self.run.id, "workflow": self.run.workflow, "outcome": "diverged"},
+        )
+        if fail:
+            return await self._finish(transition, "failed")
+        return await self._finish(transition, "diverged", wake_at=wake_at, reason=message)
 
     async def _body_failed(self, exc: BaseException) -> PassResult:
         policy = self.definition.retry

@@ -16,94 +16,22 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..codec import unreadable
-from ..errors import (
-    ChildTimeout,
-    NonDeterminismError,
-    SerializationError,
-    StepFailed,
-    StepLimitExceeded,
-    StepTimeout,
-    ValidationError,
-)
-from ..ids import new_run_id
-from ..limits import flow_control
-from ..records import (
-    Claim,
-    EventWrite,
-    NewRun,
-    Received,
-    Run,
-    Step,
-    StepWrite,
-    Transition,
-    TransitionResult,
-    Wait,
-    WaitWrite,
-)
+from ..errors import SerializationError, StepFailed, StepTimeout, ValidationError
+from ..records import EventWrite, Step, StepWrite, Transition
 from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPolicy
 from ..serialization import brief_error, decode, encode, error_from_exception
 from ..step_info import StepInfo, entered_step, left_step
-from ..telemetry.hooks import NOOP_PASS, PassHooks
-from .barrier import ParkBarrier
-from .commits import PassCommits
 from .compensation import Compensation
-from .control import PassControl
-from .keys import KeyAllocator
-from .services import RunServices
-from .suspend import FailRunSignal, ReplayEnd, Suspend, engine_error
+from .step_base import ReleaseSignal
+from .suspend import FailRunSignal, engine_error
 from .transaction import FunctionFailed, StepTransaction
+from .waiting_steps import TIMED_OUT, WaitingSteps
 
-#: The journal output of every sibling of a wait for several events that timed out.
-TIMED_OUT = {"~timed_out": True}
-
-
-class ReleaseSignal(Suspend):
-    """The worker is stopping: take no new step, give the run back."""
+__all__ = ["TIMED_OUT", "PassSteps", "ReleaseSignal"]
 
 
-class PassSteps:
+class PassSteps(WaitingSteps):
     """The step kinds of one pass over one run's journal."""
-
-    def __init__(
-        self,
-        claim: Claim,
-        services: RunServices,
-        control: PassControl,
-        barrier: ParkBarrier,
-        commits: PassCommits,
-        telemetry: PassHooks = NOOP_PASS,
-    ) -> None:
-        self.run: Run = claim.run
-        self._telemetry = telemetry
-        self._traceparent = claim.traceparent
-        self._token = claim.lease_token
-        self._services = services
-        self._control = control
-        self._barrier = barrier
-        self._commits = commits
-        self.journal: dict[str, Step] = {s.name: s for s in claim.journal}
-        # Journaled steps the body has yet to reach in this pass: while any remain, it
-        # replays (ctx.log is silent).
-        self._to_replay = {k for k, s in self.journal.items() if s.status != "retrying"}
-        #: The key of the step the body reached last (ctx.log tags records with it).
-        self.step_key: str | None = None
-        self._waits: dict[str, Wait] = {w.key: w for w in claim.waits}
-        self._keys = KeyAllocator()
-        self._step_attempts = claim.step_attempts
-        #: Rollbacks of the completed steps, oldest first.
-        self.compensations: list[Compensation] = []
-        #: A rollback pass: journaled steps replay, anything new stops the body.
-        self.replay_only = False
-
-    def now(self) -> datetime:
-        """The database clock."""
-        return self._control.now()
-
-    @property
-    def replaying(self) -> bool:
-        """True while the body re-executes steps already journaled."""
-        return bool(self._to_replay)
 
     # ------------------------------------------------------------------ run
 
@@ -133,6 +61,8 @@ class PassSteps:
         timeout: float | None,
         rollback: Callable[[Any], Any] | None,
     ) -> Any:
+        if not self._cursor.ask(key, kind):  # not the next step the journal holds
+            await self._cursor.hold(key, kind)
         record = self._enter(key, kind)
         if record is not None and record.status != "retrying":
             if record.status == "failed":
@@ -183,6 +113,8 @@ class PassSteps:
         """Run (or replay) one transactional step; see `StepApi.transaction`. Journaled
         as a ``run`` step: it replays like one."""
         key = self._keys.next(name)
+        if not self._cursor.ask(key, "run"):  # not the next step the journal holds
+            await self._cursor.hold(key, "run")
         record = self._enter(key, "run")
         if record is not None and record.status != "retrying":
             if record.status == "failed":
@@ -220,34 +152,6 @@ class PassSteps:
             return stored.output
         self.journal[key] = Step(key, "run", "completed", call.value, None, attempt, started, None)
         return call.value
-
-    def _stored(self, result: TransitionResult, key: str) -> Step | None:
-        """The row stored first under ``key`` (it wins), if any. One whose value this
-        worker cannot read (sealed by a codec it lacks, or cannot open) must never reach
-        the body: the pass stops with nothing more written, and once its lease expires
-        the next claim holds the row and parks the run (worker/undecodable.py)."""
-        stored = _stored(result, key)
-        if stored is not None and unreadable(stored.output):
-            self._control.abandon("a stored value this worker cannot read")
-            self._control.check()
-        return stored
-
-    def _stop_if_replay_only(self) -> None:
-        if self.replay_only:
-            raise ReplayEnd()
-
-    def _check_may_run(self) -> None:
-        if self._services.stopping():
-            raise ReleaseSignal()
-        limit = self._services.max_step_attempts
-        if self._step_attempts >= limit:
-            raise FailRunSignal(
-                engine_error(
-                    StepLimitExceeded(
-                        f"the run made {self._step_attempts} step attempts, the limit is {limit}"
-                    )
-                )
-            )
 
     async def _invoke(self, fn: Callable[[], Any], timeout: float | None, key: str) -> Any:
         if _is_async_callable(fn):
@@ -305,209 +209,6 @@ class PassSteps:
         with self._barrier.paused():
             await self._barrier.park(request)
 
-    # ------------------------------------------------------------------ sleep
-
-    async def sleep_until(self, name: str, when: datetime) -> None:
-        """Durable timer; see `StepApi.sleep_until`."""
-        key = self._keys.next(name)
-        record = self._enter(key, "sleep")
-        until = when if record is None else datetime.fromisoformat(record.output["until"])
-        if until <= self.now():
-            return
-        steps: tuple[StepWrite, ...] = ()
-        if record is None:
-            output = encode({"until": until.isoformat()}, what="sleep")
-            steps = (
-                StepWrite(
-                    key, "sleep", "completed", output, started_at=self.now(), completed_at=until
-                ),
-            )
-        self._stop_if_replay_only()
-        await self._barrier.park(self._barrier.request("sleep", until, steps=steps))
-
-    # ------------------------------------------------------------------ wait for an event
-
-    async def wait_for_event(
-        self, name: str, event: str, match_json: str | None, timeout: float | None
-    ) -> Any:
-        """Durable wait for a signal or published event; see `StepApi.wait_for_event`."""
-        key = self._keys.next(name)
-        record = self._enter(key, "wait")
-        if record is not None:
-            return record.output
-        registered = self._waits.get(key)
-        if registered is not None:
-            timeout_at = registered.timeout_at
-            if timeout_at is not None and timeout_at <= self.now():
-                write = StepWrite(key, "wait", "completed", "null", started_at=self.now())
-                ev = EventWrite("resumed", {"step": key, "event": event, "timed_out": True})
-                return (await self._record(write, ev)).output
-        else:
-            timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
-        wait = WaitWrite(key, event, match_json, timeout_at)
-        self._stop_if_replay_only()
-        await self._barrier.park(self._barrier.request("event", timeout_at, waits=(wait,)))
-
-    async def wait_for_any(
-        self, name: str, events: list[str], match_json: str | None, timeout: float | None
-    ) -> Received | None:
-        """Durable wait for the first of several events; see `StepApi.wait_for_event`.
-
-        One wait is registered per event, under ``<key>@<event>``; the database drops
-        the others when one is resolved, so the signals they would have taken stay
-        buffered. A timeout journals every sibling as timed out."""
-        key = self._keys.next(name)
-        self._enter(key, "wait")
-        siblings = [f"{key}@{event}" for event in events]
-        self._to_replay.difference_update(siblings)
-        for event, sibling in zip(events, siblings, strict=True):
-            record = self.journal.get(sibling)
-            if record is not None and record.status != "retrying":
-                return None if record.output == TIMED_OUT else Received(event, record.output)
-        registered = [self._waits[k] for k in siblings if k in self._waits]
-        if registered:
-            timeout_at = registered[0].timeout_at
-            if timeout_at is not None and timeout_at <= self.now():
-                return await self._wait_timed_out(key, events, siblings)
-        else:
-            timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
-        waits = tuple(
-            WaitWrite(sibling, event, match_json, timeout_at)
-            for event, sibling in zip(events, siblings, strict=True)
-        )
-        self._stop_if_replay_only()
-        await self._barrier.park(self._barrier.request("event", timeout_at, waits=waits))
-
-    async def _wait_timed_out(
-        self, key: str, events: list[str], siblings: list[str]
-    ) -> Received | None:
-        marker = encode(TIMED_OUT, what="timeout")
-        writes = tuple(
-            StepWrite(k, "wait", "completed", marker, started_at=self.now()) for k in siblings
-        )
-        event = EventWrite("resumed", {"step": key, "events": events, "timed_out": True})
-        with self._barrier.working():
-            result = await self._commits.commit(
-                Transition(self.run.id, self._token, steps=writes, events=(event,))
-            )
-        # A signal resolved one of them first: it wins.
-        for name, sibling in zip(events, siblings, strict=True):
-            stored = self._stored(result, sibling)
-            if stored is not None and stored.output != TIMED_OUT:
-                self.journal[sibling] = stored
-                return Received(name, stored.output)
-        for sibling in siblings:
-            self.journal[sibling] = Step(
-                sibling, "wait", "completed", TIMED_OUT, None, 1, None, None
-            )
-        return None
-
-    # ------------------------------------------------------------------ child runs
-
-    async def run_child(
-        self, name: str, workflow: str, input_json: str, timeout: float | None
-    ) -> Any:
-        """Start a child run once and wait for it; see `StepApi.run_workflow`.
-
-        The child may be a workflow only another process registers: it then waits,
-        like any start, for a worker that serves it. With a ``timeout`` the wait is
-        registered with that timeout (under the event name ``~child``, which no
-        signal can carry); past it the step fails with `ChildTimeout` and the child
-        goes on."""
-        key = self._keys.next(name)
-        record = self._enter(key, "child")
-        if record is None:
-            registered = self._waits.get(key)
-            timeout_at = None if registered is None else registered.timeout_at
-            if timeout_at is not None and timeout_at <= self.now():
-                record = await self._child_timed_out(key, timeout_at)
-        if record is not None:
-            if record.status == "failed":
-                raise StepFailed(key, record.error or {}, record.attempts)
-            return record.output
-        definition = self._services.registry.get(workflow)
-        child = NewRun(
-            id=new_run_id(),
-            workflow=workflow,
-            version=None if definition is None else definition.version,
-            input_json=input_json,
-            priority=self.run.priority,
-            idempotency_key=f"~child:{self.run.id}:{key}",
-            deadline_in=None if definition is None else definition.deadline,
-            retention_days=30 if definition is None else definition.retention_days,
-            parent_id=self.run.id,
-            parent_step=key,
-            # The child's spans join this pass's trace (or the run's stored one).
-            traceparent=self._telemetry.traceparent() or self._traceparent,
-        )
-        if definition is not None and definition.limits.declared:
-            child = flow_control(child, definition.limits, None, None)
-        timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
-        waits = () if timeout_at is None else (WaitWrite(key, "~child", None, timeout_at),)
-        self._stop_if_replay_only()
-        request = self._barrier.request("child", None, children=(child,), waits=waits)
-        await self._barrier.park(request)
-
-    async def _child_timed_out(self, key: str, timeout_at: datetime) -> Step:
-        """Record the child step as failed with ChildTimeout (unless the child's own
-        result got there first, which then wins) and return the stored row."""
-        error = engine_error(
-            ChildTimeout(f"child step {key!r} did not end by {timeout_at.isoformat()}")
-        )
-        write = StepWrite(key, "child", "failed", None, error, started_at=self.now())
-        event = EventWrite("step_failed", {"step": key, "attempt": 1, "error": error})
-        return await self._record(write, event)
-
-    # ------------------------------------------------------------------ shared
-
-    def _enter(self, key: str, kind: str) -> Step | None:
-        """Enter a step call: the body reached ``key``; return its journal row, if any,
-        after checking it was recorded as the same kind of step."""
-        self.step_key = key
-        self._to_replay.discard(key)
-        self._control.adopt()
-        self._control.check()
-        record = self.journal.get(key)
-        if record is not None and record.kind != kind and record.status != "retrying":
-            raise FailRunSignal(_changed_kind(key, record.kind, kind))
-        return record
-
-    async def _record(self, write: StepWrite, event: EventWrite, step_attempts: int = 0) -> Step:
-        """Commit one step row now and return what is stored (a concurrent writer's
-        result, such as a child's output or a signal, may have got there first)."""
-        with self._barrier.working():
-            result = await self._commits.commit(
-                Transition(
-                    self.run.id,
-                    self._token,
-                    steps=(write,),
-                    events=(event,),
-                    step_attempts=step_attempts,
-                )
-            )
-        stored = self._stored(result, write.key) or Step(
-            write.key,
-            write.kind,
-            write.status,
-            decode(write.output_json or "null"),
-            write.error,
-            write.attempts,
-            write.started_at,
-            None,
-        )
-        self.journal[write.key] = stored
-        return stored
-
-
-def _changed_kind(key: str, recorded: str, called: str) -> dict[str, Any]:
-    return engine_error(
-        NonDeterminismError(
-            f"step {key!r} was recorded as a {recorded!r} step but the workflow now calls "
-            f"it as a {called!r} step: the code changed under a running run; give the new "
-            "code a new workflow version"
-        )
-    )
-
 
 def _is_async_callable(fn: Any) -> bool:
     while isinstance(fn, functools.partial):
@@ -524,10 +225,3 @@ async def _within(awaitable: Awaitable[Any], timeout: float | None, key: str) ->
         return await asyncio.wait_for(awaitable, timeout)
     except TimeoutError:
         raise StepTimeout(f"step {key!r} timed out after {timeout:g}s") from None
-
-
-def _stored(result: TransitionResult, key: str) -> Step | None:
-    for step in result.existing:
-        if step.name == key:
-            return step
-    return None

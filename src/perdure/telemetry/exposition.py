@@ -28,6 +28,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "workflow_step_duration_seconds",
     "workflow_step_retries_total",
     "workflow_signals_total",
+    "workflow_replay_divergences_total",
     "workflow_retention_swept_total",
     "workflow_queue_depth",
     "workflow_claim_lag_seconds",
@@ -109,6 +110,11 @@ class _Collector:
         signals = core.CounterMetricFamily(
             "workflow_signals", "Signals sent to runs, by event.", labels=["workflow", "event"]
         )
+        divergences = core.CounterMetricFamily(
+            "workflow_replay_divergences",
+            "Passes whose replay diverged from the run's journal (the code changed).",
+            labels=["workflow"],
+        )
         swept = core.CounterMetricFamily(
             "workflow_retention_swept", "Finished runs deleted by the retention sweeper."
         )
@@ -128,9 +134,13 @@ class _Collector:
                     retries.add_metric([name, step], count)
                 for event, count in list(wf.signals.items()):
                     signals.add_metric([name, event], count)
+                if wf.divergences:
+                    divergences.add_metric([name], wf.divergences)
         else:
             swept.add_metric([], 0)
-        yield from (started, completed, run_duration, step_duration, retries, signals, swept)
+        yield from (
+            started, completed, run_duration, step_duration, retries, signals, divergences, swept
+        )  # fmt: skip
 
     def _db_gauges(self, gauges: Sequence[QueueGauge]) -> Iterator[Any]:
         core = self._core

@@ -29,6 +29,9 @@ class PassHooks(Protocol):
     def step_retried(self, key: str) -> None:
         """A failed attempt of step ``key`` will be retried."""
 
+    def diverged(self) -> None:
+        """The pass's replay diverged from the run's journal."""
+
     def pass_ended(self, outcome: str) -> None:
         """The pass ended with ``outcome`` (a `PassResult` outcome)."""
 
@@ -56,6 +59,9 @@ class _NoPass:
         pass
 
     def step_retried(self, key: str) -> None:
+        pass
+
+    def diverged(self) -> None:
         pass
 
     def pass_ended(self, outcome: str) -> None:

@@ -154,6 +154,11 @@ class _Pass:
         if wf is not None:
             wf.count(wf.retries, key if ":" not in key else key.partition(":")[0])
 
+    def diverged(self) -> None:
+        wf = self._wf
+        if wf is not None:
+            wf.divergences += 1
+
     def pass_ended(self, outcome: str) -> None:
         wf = self._wf
         if wf is not None and outcome in _ENDED:

@@ -52,7 +52,9 @@ class Histogram:
 class WorkflowMetrics:
     """Every series of one workflow, so a pass looks its workflow up once."""
 
-    __slots__ = ("completed", "retries", "run_duration", "signals", "started", "steps")
+    __slots__ = (
+        "completed", "divergences", "retries", "run_duration", "signals", "started", "steps",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.started = 0
@@ -61,6 +63,7 @@ class WorkflowMetrics:
         self.steps: dict[str, Histogram] = {}
         self.retries: dict[str, int] = {}
         self.signals: dict[str, int] = {}
+        self.divergences = 0
 
     def step(self, name: str) -> Histogram:
         """The duration histogram of step ``name`` (``~other`` past the bound)."""

@@ -13,7 +13,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import psycopg
 
@@ -42,6 +42,7 @@ from ...records import (
     StepWrite,
     Transition,
     Wait,
+    WakeReason,
     waiting_data,
 )
 from ...serialization import Undecodable, brief_error
@@ -63,7 +64,7 @@ RUN_WIDTH = 20
 
 STEP_KINDS = frozenset({"run", "sleep", "wait", "child", "rollback"})
 STEP_STATUSES = frozenset({"completed", "failed", "retrying"})
-WAKE_REASONS = frozenset({"sleep", "event", "retry", "child", "version", "released"})
+WAKE_REASONS = frozenset(get_args(WakeReason))
 FINAL_STEP_STATUSES = frozenset({"completed", "failed"})
 
 
@@ -123,8 +124,9 @@ def claim_from_row(row: Sequence[Any]) -> Claim:
     """A `Claim` from a claim_runs row: the run, lease columns, journal and waits (JSON)."""
     run = run_from_row(row)
     token, since_progress, step_attempts, recovered, now, journal, waits, traceparent = row[
-        RUN_WIDTH:
+        RUN_WIDTH : RUN_WIDTH + 8
     ]
+    order = row[RUN_WIDTH + 8] if len(row) > RUN_WIDTH + 8 else None  # flow tasks: none
     poison = next((v for v in (run.input, journal, waits) if isinstance(v, Undecodable)), None)
     if poison is not None:  # the worker fails the run; it never replays it
         journal, waits = (), ()
@@ -139,6 +141,7 @@ def claim_from_row(row: Sequence[Any]) -> Claim:
         recovered=bool(recovered),
         poison=None if poison is None else str(poison),
         traceparent=traceparent,
+        call_order=tuple(order or ()),
     )
 
 
@@ -189,7 +192,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         kind = "park"
         if outcome.reason not in WAKE_REASONS:
             raise ValidationError(f"unknown wake reason {outcome.reason!r}")
-        reason, wake_at = outcome.reason, outcome.wake_at
+        reason, wake_at, error = outcome.reason, outcome.wake_at, outcome.error
         events.append(("waiting", waiting_data(outcome, t.waits)))
     elif isinstance(outcome, Complete):
         kind, output = "complete", outcome.output_json
@@ -237,6 +240,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
         "output": output,
         "error": dumps(error),
         "reopen": list(outcome.reopen) if isinstance(outcome, Retry) and outcome.reopen else None,
+        "asked": list(t.asked),
     }
     general = bool(t.waits or t.children)
     if general and isinstance(outcome, Retry):  # pragma: no cover - the runner never does
@@ -275,7 +279,7 @@ def transition_params(t: Transition) -> tuple[bool, dict[str, Any]]:
 #: The parameters of a transition that `apply_transitions` takes from its batch.
 _BATCHED = (
     "run_id", "token", "outcome", "reason", "output", "error", "step_attempts", "reopen",
-    "steps", "events",
+    "steps", "events", "asked",
 )  # fmt: skip
 
 

@@ -117,6 +117,8 @@ def _claim(
         recovered=recovered,
         poison=None if poison is None else str(poison),
         traceparent=run["traceparent"],
+        # (a flow task's row has no call order)
+        call_order=tuple(json.loads(run["call_order"])) if "call_order" in run.keys() else (),  # noqa: SIM118
     )
 
 

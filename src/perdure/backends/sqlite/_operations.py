@@ -33,7 +33,8 @@ def retry_in(s: Session, run_id: str, from_step: str | None, by: str, now: float
     row = s.one(QUERIES["get_run"], {"id": run_id})
     if row is None:
         raise RunNotFound(run_id)
-    if row["status"] not in _ENDED_FOR_RETRY:
+    diverged = row["status"] == "waiting" and row["wake_reason"] == "divergence"
+    if row["status"] not in _ENDED_FOR_RETRY and not diverged:
         raise RunStateError(
             f"run {run_id} is {row['status']}: only a failed or cancelled run can be retried"
         )
@@ -42,7 +43,10 @@ def retry_in(s: Session, run_id: str, from_step: str | None, by: str, now: float
     from_seq = _seq(s, run_id, from_step) if from_step is not None else _first_failed(s, run_id)
     params: dict[str, Any] = {"run_id": run_id, "from_seq": from_seq}
     kept = s.all(QUERIES["supersede_steps"], {**params, "attempt": row["attempt"], "now": now})
+    s.run(QUERIES["cut_call_order"], {"id": run_id, "from_seq": from_seq})
     s.run(QUERIES["delete_superseded"], params)
+    if diverged:  # the replay registers the waits it reaches again
+        s.run(QUERIES["drop_waits"], {"run_id": run_id})
     reset = s.one(QUERIES["reset_for_retry"], {"id": run_id, "now": now})
     assert reset is not None  # the row is locked by this transaction
     run = to_run(reset)

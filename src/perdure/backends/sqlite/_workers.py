@@ -175,7 +175,13 @@ def apply(s: Session, transitions: Sequence[Transition]) -> list[TransitionResul
 def _apply_one(s: Session, t: Transition, now: float) -> TransitionResult:
     fence = s.one(
         QUERIES["fence_run"],
-        {"id": t.run_id, "token": t.lease_token, "step_attempts": t.step_attempts, "now": now},
+        {
+            "id": t.run_id,
+            "token": t.lease_token,
+            "step_attempts": t.step_attempts,
+            "now": now,
+            "asked": json.dumps(t.asked) if t.asked else None,
+        },
     )
     if fence is None:
         return TransitionResult(ok=False)
@@ -334,7 +340,13 @@ def _park(s: Session, t: Transition, park: Park, deadline_at: float | None, now:
         available_at = min(times) if times else INFINITY
     s.run(
         QUERIES["park_run"],
-        {"id": run_id, "reason": park.reason, "available_at": available_at, "now": now},
+        {
+            "id": run_id,
+            "reason": park.reason,
+            "available_at": available_at,
+            "now": now,
+            "error": None if park.error is None else json.dumps(park.error, default=str),
+        },
     )
     if available_at <= now:
         s.notify("wake", run_id)

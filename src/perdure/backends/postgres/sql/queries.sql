@@ -509,13 +509,12 @@ fence AS (
             WHEN 'retry' THEN 'retry' END,
         attempt = r.attempt + CASE WHEN %(outcome)s::text = 'retry' THEN 1 ELSE 0 END,
         output = CASE WHEN %(outcome)s::text = 'complete' THEN %(output)s::json ELSE r.output END,
-        error = CASE %(outcome)s::text
-            WHEN 'complete' THEN NULL
-            WHEN 'fail' THEN %(error)s::jsonb
-            WHEN 'retry' THEN %(error)s::jsonb
-            ELSE r.error END,
+        -- fail and retry carry an error; a park may (a diverged run's)
+        error = CASE %(outcome)s::text WHEN 'complete' THEN NULL
+                     ELSE coalesce(%(error)s::jsonb, error) END,
         completed_at = CASE WHEN %(outcome)s::text IN ('complete', 'fail') THEN perdure_now() END,
         step_attempts = r.step_attempts + %(step_attempts)s::integer,
+        call_order = call_order || %(asked)s::text[],
         claims_since_progress = 0,
         updated_at = perdure_now()
     WHERE r.id = %(run_id)s::text AND r.lease_token = %(token)s::bigint AND r.status = 'running'
@@ -606,7 +605,7 @@ apply_transition(
     %(step_attempts)s::integer, %(outcome)s::text, %(reason)s::text,
     %(wake_at)s::timestamptz, %(output)s::text, %(error)s::text,
     %(wait_keys)s::text[], %(wait_events)s::text[], %(wait_matches)s::text[],
-    %(wait_timeouts)s::timestamptz[], %(children)s::jsonb
+    %(wait_timeouts)s::timestamptz[], %(children)s::jsonb, %(asked)s::text[]
 ) AS t
 
 -- name: _steps_written
@@ -898,7 +897,7 @@ SELECT c.id, c.workflow, c.version, c.status, c.input, c.output, c.error, c.atte
         FROM steps s WHERE s.run_id = c.id),
        (SELECT json_agg(json_build_array(w.key, w.event, w.match, w.timeout_at) ORDER BY w.seq)
         FROM waits w WHERE w.run_id = c.id),
-       c.traceparent
+       c.traceparent, c.call_order
 FROM claimed c
 ORDER BY c.priority, c.id
 

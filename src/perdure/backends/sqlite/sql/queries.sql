@@ -362,7 +362,7 @@ UPDATE runs SET
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING
-    {{_run_columns}}, traceparent
+    {{_run_columns}}, traceparent, call_order
 
 -- name: handed_before
 -- The tasks that a committed end of task :id (:token) leased to :worker, still its own.
@@ -421,7 +421,14 @@ WHERE id = :id AND status = 'running' AND lease_owner = :worker
 UPDATE runs SET
     step_attempts = step_attempts + :step_attempts,
     claims_since_progress = 0,
-    updated_at = :now
+    updated_at = :now,
+    -- the steps first asked in the pass (a JSON list, or NULL: none), appended
+    call_order = CASE WHEN :asked IS NULL THEN call_order ELSE (
+        SELECT json_group_array(o.value) FROM (
+            SELECT 0 AS part, c.key, c.value FROM json_each(runs.call_order) c
+            UNION ALL
+            SELECT 1, a.key, a.value FROM json_each(:asked) a
+            ORDER BY part, key) o) END
 WHERE id = :id AND lease_token = :token AND status = 'running'
 RETURNING parent_id, parent_step, deadline_at, created_at
 
@@ -460,6 +467,7 @@ UPDATE runs SET
     status = 'waiting',
     wake_reason = :reason,
     available_at = :available_at,
+    error = coalesce(:error, error),
     lease_owner = NULL,
     lease_expires_at = NULL,
     updated_at = :now
@@ -615,6 +623,24 @@ RETURNING key, seq
 -- name: delete_superseded
 -- Take the rows a retry superseded out of the journal.
 DELETE FROM steps WHERE run_id = :run_id AND (seq >= :from_seq OR kind = 'rollback')
+
+-- name: cut_call_order
+-- Before a retry takes rows out of the journal (from :from_seq on): cut the run's call
+-- order where the first of them was asked, and drop its rollbacks' entries.
+UPDATE runs SET call_order = (
+    SELECT json_group_array(o.value) FROM (
+        SELECT c.value FROM json_each(runs.call_order) c
+        WHERE c.value NOT LIKE 'rollback:%'
+          AND c.key < coalesce((
+              SELECT min(x.key) FROM json_each(runs.call_order) x
+              JOIN steps s ON s.run_id = runs.id AND s.seq = :from_seq
+              WHERE x.value = s.kind || ':' || s.key), 1e18)
+        ORDER BY c.key) o)
+WHERE id = :id
+
+-- name: drop_waits
+-- Drop a run's registered waits (a diverged run that is retried).
+DELETE FROM waits WHERE run_id = :run_id
 
 -- name: reset_for_retry
 -- A failed or cancelled run is pending again with its next attempt.

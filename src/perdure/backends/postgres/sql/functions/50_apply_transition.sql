@@ -6,7 +6,9 @@
 -- row / event / wait. p_outcome is 'none', 'park', 'complete', 'fail', 'retry' or
 -- 'release'. p_children is a JSON array of new runs. Returns ok = false (and
 -- writes nothing) if the run is not running under p_token; else the journal keys
--- written (keys holding a final row already are left out).
+-- written (keys holding a final row already are left out). p_asked: the steps the
+-- body first asked for in this pass, appended to the run's call order; p_error on a
+-- park is stored as the run's error (a diverged run's).
 CREATE OR REPLACE FUNCTION apply_transition(
     p_run_id text, p_token bigint,
     p_keys text[], p_kinds text[], p_statuses text[], p_outputs text[], p_errors text[],
@@ -14,7 +16,7 @@ CREATE OR REPLACE FUNCTION apply_transition(
     p_event_types text[], p_event_data text[], p_step_attempts integer,
     p_outcome text, p_reason text, p_wake_at timestamptz, p_output text, p_error text,
     p_wait_keys text[], p_wait_events text[], p_wait_matches text[],
-    p_wait_timeouts timestamptz[], p_children jsonb,
+    p_wait_timeouts timestamptz[], p_children jsonb, p_asked text[] DEFAULT '{}',
     OUT ok boolean, OUT written text[]
 )
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path FROM CURRENT AS $$
@@ -133,7 +135,8 @@ BEGIN
         END IF;
         UPDATE runs SET
             status = 'waiting', lease_owner = NULL, lease_expires_at = NULL,
-            wake_reason = p_reason, available_at = v_at
+            wake_reason = p_reason, available_at = v_at,
+            error = coalesce(p_error::jsonb, error)
         WHERE id = p_run_id;
         IF v_at <= perdure_now() THEN
             PERFORM send_notice('w', p_run_id);
@@ -185,7 +188,8 @@ BEGIN
     UPDATE runs SET
         step_attempts = step_attempts + coalesce(p_step_attempts, 0),
         claims_since_progress = 0,
-        updated_at = perdure_now()
+        updated_at = perdure_now(),
+        call_order = call_order || coalesce(p_asked, '{}')
     WHERE id = p_run_id;
 END
 $$;

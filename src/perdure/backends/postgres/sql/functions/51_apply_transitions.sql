@@ -26,9 +26,9 @@ BEGIN
         SELECT * FROM ROWS FROM (json_to_recordset(p_batch) AS (
             run_id text, token bigint, outcome text, reason text, wake_at timestamptz,
             output text, error text, step_attempts integer, reopen text[], steps text,
-            events text, quiet boolean
+            events text, quiet boolean, asked text[]
         )) WITH ORDINALITY AS b(run_id, token, outcome, reason, wake_at, output, error,
-                                step_attempts, reopen, steps, events, quiet, ord)
+                                step_attempts, reopen, steps, events, quiet, asked, ord)
     LOOP
         IF t.quiet OR v_quieted THEN
             PERFORM set_config('perdure.claim_on_complete', CASE WHEN t.quiet THEN coalesce(
