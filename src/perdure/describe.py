@@ -37,4 +37,6 @@ def waits_for(run: Run, events: list[Event]) -> str | None:
         return f"a child run{until}"
     if reason == "version":
         return f"a worker with version {run.version}{until}"
+    if reason == "undecodable":
+        return f"a worker that can open its sealed values (the codec and its key){until}"
     return f"a worker{until}"

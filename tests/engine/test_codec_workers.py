@@ -110,6 +110,13 @@ def test_a_worker_that_cannot_read_a_sealed_run_parks_it_for_one_that_can(
         assert event.data["reason"].startswith(expected) and event.data["retry_in"] == 5
         assert "undecodable" in (tmp_path / "blind.log").read_text()  # the worker's warning
         assert CARD not in raw_rows(database)
+        shown = subprocess.run(
+            [sys.executable, "-m", "perdure.cli.main", "runs", "show", run_id],
+            env={**os.environ, "PERDURE_DATABASE_URL": database.url,
+                 "PERDURE_SCHEMA": database.schema, "COLUMNS": "200"},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert "waits for: a worker that can open its sealed values" in shown.stdout, shown
 
         _move_clock(database, 301)  # past any backoff it got, without waiting for it
         sighted = _worker(tmp_path, database, "sighted", KEY)

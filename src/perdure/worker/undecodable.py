@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from .._codec_backend import CodecBackend
 from ..backends.base import Backend
 from ..codec import is_sealed
 from ..engine.run_log import log_run
@@ -23,15 +24,21 @@ from ..records import Claim
 
 log = logging.getLogger("perdure.worker")
 
-__all__ = ["NO_CODEC", "park_undecodable", "sealed_without_codec"]
+__all__ = ["NO_CODEC", "park_undecodable", "unreadable_reason"]
 
 #: The reason a worker without a codec gives.
 NO_CODEC = "no codec"
 
 
-def sealed_without_codec(claim: Claim) -> str | None:
-    """`NO_CODEC` if the claim holds a sealed value (for a worker without a codec: with
-    one, the codec wrapper has opened them already), else None."""
+def unreadable_reason(claim: Claim, backend: Backend | None) -> str | None:
+    """Why the worker reading through ``backend`` cannot read ``claim``, or None.
+
+    Through the codec wrapper, values arrive opened and one it could not open marks the
+    claim `Claim.undecodable`. Without a codec, any envelope in the input or in a
+    journal row the body would replay is unreadable (`NO_CODEC`); a run that holds
+    none is read exactly as before, with no extra statement."""
+    if claim.undecodable is not None or isinstance(backend, CodecBackend):
+        return claim.undecodable
     if is_sealed(claim.run.input) or any(is_sealed(step.output) for step in claim.journal):
         return NO_CODEC
     return None

@@ -31,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._codec_backend import CodecBackend
 from .._logging import quiet_repeats
 from .._tasks import cancel_and_wait
 from ..backends.base import Backend
@@ -61,7 +60,7 @@ from .idle import BUSY_CLAIM_DELAY, defer_unavailable, release_orphans, time_to_
 from .options import check_options
 from .poison import fail_poison
 from .startup import StoppedAtStart, until_reachable
-from .undecodable import park_undecodable, sealed_without_codec
+from .undecodable import park_undecodable, unreadable_reason
 from .wakes import WakeTimes
 
 T = TypeVar("T")
@@ -162,8 +161,7 @@ class Worker:
         self.unavailable_grace = 5.0
         self._deferred_at = -1e9
         self._side: set[asyncio.Task[None]] = set()  # poison runs being failed or parked
-        self._backend: Backend | None = None
-        self._codec = False  # values reach it opened by the codec wrapper
+        self._backend: Backend | None = None  # once it serves
 
     # ------------------------------------------------------------------ public lifecycle
 
@@ -262,7 +260,7 @@ class Worker:
     async def _start_up(self) -> tuple[Backend, tuple[tuple[str, int], ...]]:
         """Open the database and register this worker; the served (name, version) pairs."""
         backend = await self._until_reachable(self._connections.backend)
-        self._backend, self._codec = backend, isinstance(backend, CodecBackend)
+        self._backend = backend
         definitions = self._registry.select(self.patterns)
         tasks = self._registry.task_pairs(self.patterns)  # DAG-flow steps with a handler
         if not definitions and not tasks:
@@ -478,7 +476,7 @@ class Worker:
         if claim.poison is not None:
             self._side_task(fail_poison(claim, services))
             return
-        unreadable = claim.undecodable or (None if self._codec else sealed_without_codec(claim))
+        unreadable = unreadable_reason(claim, self._backend)
         if unreadable is not None:
             assert self._backend is not None
             parking = park_undecodable(claim, unreadable, self._backend, self.id, self._note_wake)
