@@ -39,6 +39,8 @@ def test_a_boolean_or_a_string_is_never_taken_as_a_number(database, tmp_path: Pa
         ):
             message = _refused(http, "POST", RUNS, {"input": "bob", **body})
             assert next(iter(body)) in message, message
+        # the Python name of a field is not its name on the wire
+        assert "delay_seconds" in _refused(http, "POST", RUNS, {"delay_seconds": 5})
         _refused(http, "POST", f"{RUNS}/{source}/fork", {"version": True})
         _refused(http, "POST", f"{RUNS}/{source}/fork", {"version": "1"})
         assert stored_rows(database) == before
