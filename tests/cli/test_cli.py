@@ -402,6 +402,11 @@ def test_runs_retry_fork_and_bulk_commands(database, env, tmp_path) -> None:  # 
         assert cancelled == {"cancelled": [waiting.id]}
         assert "only a failed or cancelled run" in cli("runs", "retry", first.id, code=1).stderr
         assert "say which runs" in cli("runs", "retry", code=1).stderr
+        # a status no run of which can be retried (or cancelled) is an error, not a no-op
+        refused = cli("runs", "retry", "--workflow", "pipe", "--status", "running", code=1)
+        assert "one of failed, cancelled" in refused.stderr
+        refused = cli("runs", "cancel", "--workflow", "pipe", "--status", "failed", code=1)
+        assert "one of pending, running, waiting" in refused.stderr
     finally:
         app.close()
 

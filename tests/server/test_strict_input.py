@@ -6,8 +6,15 @@ token in the Authorization header."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+from pydantic import ValidationError as Invalid
+
+from perdure.server.strict import Time
 
 from .harness import Http, environment, server, stored_rows
 
@@ -39,6 +46,8 @@ def test_a_boolean_or_a_string_is_never_taken_as_a_number(database, tmp_path: Pa
         ):
             message = _refused(http, "POST", RUNS, {"input": "bob", **body})
             assert next(iter(body)) in message, message
+        # the Python name of a field is not its name on the wire
+        assert "delay_seconds" in _refused(http, "POST", RUNS, {"delay_seconds": 5})
         _refused(http, "POST", f"{RUNS}/{source}/fork", {"version": True})
         _refused(http, "POST", f"{RUNS}/{source}/fork", {"version": "1"})
         assert stored_rows(database) == before
@@ -71,6 +80,32 @@ def test_a_number_is_never_taken_as_a_time(database, tmp_path: Path) -> None:  #
             "/v1/workflows/greet/bulk/cancel", {"until": "2100-01-01T00:00:00+00:00"}
         )
         assert cancelled.status == 200 and cancelled.body["runIds"] == [run_id]
+
+
+def test_a_time_is_an_rfc_3339_date_time_with_an_offset() -> None:
+    time = TypeAdapter(Time)
+    exact = datetime(2026, 11, 28, 15, 0, 0, 123456, tzinfo=UTC)
+    assert time.validate_python("2026-11-28t15:00:00.123456789z") == exact
+    assert time.validate_python("2026-11-28T15:00:00.1-05:30").utcoffset() == -timedelta(
+        hours=5, minutes=30
+    )
+    for bad in (
+        0.5,
+        1700000000,
+        True,
+        None,
+        "1700000000",
+        "0.5",
+        "2026-11-28",
+        "2026-11-28T15:00:00",
+        "2026-11-28 15:00:00Z",
+        "2026-11-28T15:00Z",
+        "2026-02-30T00:00:00Z",
+        "2026-11-28T15:00:00+0200",
+        "\uff12\uff10\uff12\uff16-11-28T15:00:00Z",  # full-width digits
+    ):
+        with pytest.raises(Invalid):
+            time.validate_python(bad)
 
 
 def test_bulk_actions_refuse_a_status_they_cannot_take(database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

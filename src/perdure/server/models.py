@@ -58,10 +58,10 @@ class Model(BaseModel):
 
 
 class In(Model):
-    """A request body: strict types (no boolean or string taken as a number, no number
-    as a time), as the OpenAPI document describes them."""
+    """A request body as the OpenAPI document describes it: strict types (no boolean
+    or string taken as a number, no number as a time) and camelCase names only."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, populate_by_name=False)
 
 
 class ApiError(Model):
