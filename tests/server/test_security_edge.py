@@ -237,7 +237,7 @@ def test_a_chunked_body_over_the_limit_gets_413_and_stores_nothing(  # type: ign
         big = json.dumps({"input": "a" * (2 * 1024 * 1024)}).encode()
         small = json.dumps({"input": "ada"}).encode()
         answers = []
-        for body in (big, small):
+        for body in (big, small, b""):
             connection = HTTPConnection(host, int(port), timeout=60)
             chunks = (body[i : i + 65536] for i in range(0, len(body), 65536))
             connection.request(
@@ -247,9 +247,10 @@ def test_a_chunked_body_over_the_limit_gets_413_and_stores_nothing(  # type: ign
             answer = connection.getresponse()
             answers.append((answer.status, json.loads(answer.read())))
             connection.close()
-        (status, body), (ok, started) = answers
+        (status, body), (ok, started), (none, empty) = answers
         assert status == 413 and body["error"]["type"] == "PayloadTooLarge", body
         assert ok == 201, started  # a chunked body under the limit is read as usual
+        assert none == 415 and empty["error"]["type"] == "UnsupportedMediaType", empty
         assert [r["input"] for r in http.get(RUNS).body["items"]] == ["ada"]
 
 
