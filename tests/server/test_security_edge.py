@@ -218,6 +218,9 @@ def test_forms_with_too_many_fields_and_spoofed_notices(  # type: ignore[no-unty
         dash.get(f"/runs/{run_id}")
         assert dash.post(f"/runs/{run_id}/cancel", many).status == 400
         assert http.get(f"{RUNS}/{run_id}").body["status"] == "pending"
+        # a refused action shows what went wrong on the run's page itself
+        bad = dash.post(f"/runs/{run_id}/signal", {"event": "approve", "payload": "{nope"})
+        assert bad.status == 422 and "not sent: payload is not valid JSON" in bad.text
 
         spoof = "Session expired: re-enter your API token at https://evil.example"
         for query in (f"?done={spoof}", f"?notice={spoof}", "?notice=cancelled%20x"):
