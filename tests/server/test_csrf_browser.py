@@ -1,8 +1,8 @@
 """Cross-site requests in a real Chromium (issue 37): a page served from another port
-of this machine posts a plain form to the bulk cancel route and makes a ``no-cors``
-fetch that would start a run, against a server with tokens (the browser signed in to
-its dashboard, so it holds the session cookie) and one without. Neither changes the
-database."""
+of this machine posts plain forms to the bulk cancel route and to a dashboard action,
+and makes a ``no-cors`` fetch that would start a run, against a server with tokens
+(the browser signed in to its dashboard, so it holds the session cookie) and one
+without. None of them changes the database."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ TOKEN = "browser-token-0123456789"
 ATTACK = """<!doctype html>
 <html><body>
 <form id="cancel" method="post" action="{victim}/v1/workflows/greet/bulk/cancel"></form>
+<form id="dashboard" method="post" action="{victim}/runs/{run_id}/cancel">
+  <input name="csrf" value="guessed"></form>
 <script>
 window.started = fetch("{victim}/v1/workflows/greet/runs", {{
   method: "POST", mode: "no-cors", credentials: "include"
@@ -33,9 +35,9 @@ window.started = fetch("{victim}/v1/workflows/greet/runs", {{
 
 
 @contextmanager
-def attacker(victim: str) -> Iterator[int]:
+def attacker(victim: str, run_id: str) -> Iterator[int]:
     """A site on another port of this machine serving the attack page at ``/``."""
-    page = ATTACK.format(victim=victim).encode()
+    page = ATTACK.format(victim=victim, run_id=run_id).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -61,12 +63,13 @@ def attacker(victim: str) -> Iterator[int]:
 
 
 def _attack(tab: Any, page: str, victim: str) -> None:
-    """Load the attack page, wait for its fetch's answer, then submit its form and wait
-    for the victim's answer to load."""
-    tab.goto(page)
-    assert tab.evaluate("() => window.started") == "answered"
-    with tab.expect_navigation(url=victim + "/**"):
-        tab.evaluate("() => document.getElementById('cancel').submit()")
+    """Load the attack page, wait for its fetch's answer, then submit each of its forms
+    and wait for the victim's answer to load."""
+    for form in ("cancel", "dashboard"):
+        tab.goto(page)
+        assert tab.evaluate("() => window.started") == "answered"
+        with tab.expect_navigation(url=victim + "/**"):
+            tab.evaluate(f"() => document.getElementById('{form}').submit()")
 
 
 @pytest.mark.parametrize("tokens", [True, False], ids=["with-tokens", "without-tokens"])
@@ -90,7 +93,7 @@ def test_a_page_on_another_port_changes_nothing(  # type: ignore[no-untyped-def]
                 assert [c["name"] for c in tab.context.cookies()] != []
             # the same site on another port (the cookie goes along), or another name
             site = "127.0.0.1" if tokens else "localhost"
-            with attacker(http.base) as port:
+            with attacker(http.base, ids[0]) as port:
                 _attack(tab, f"http://{site}:{port}/", http.base)
         finally:
             browser.close()

@@ -218,6 +218,9 @@ def test_forms_with_too_many_fields_and_spoofed_notices(  # type: ignore[no-unty
         dash.get(f"/runs/{run_id}")
         assert dash.post(f"/runs/{run_id}/cancel", many).status == 400
         assert http.get(f"{RUNS}/{run_id}").body["status"] == "pending"
+        # a refused action shows what went wrong on the run's page itself
+        bad = dash.post(f"/runs/{run_id}/signal", {"event": "approve", "payload": "{nope"})
+        assert bad.status == 422 and "not sent: payload is not valid JSON" in bad.text
 
         spoof = "Session expired: re-enter your API token at https://evil.example"
         for query in (f"?done={spoof}", f"?notice={spoof}", "?notice=cancelled%20x"):
@@ -237,7 +240,7 @@ def test_a_chunked_body_over_the_limit_gets_413_and_stores_nothing(  # type: ign
         big = json.dumps({"input": "a" * (2 * 1024 * 1024)}).encode()
         small = json.dumps({"input": "ada"}).encode()
         answers = []
-        for body in (big, small):
+        for body in (big, small, b""):
             connection = HTTPConnection(host, int(port), timeout=60)
             chunks = (body[i : i + 65536] for i in range(0, len(body), 65536))
             connection.request(
@@ -247,9 +250,10 @@ def test_a_chunked_body_over_the_limit_gets_413_and_stores_nothing(  # type: ign
             answer = connection.getresponse()
             answers.append((answer.status, json.loads(answer.read())))
             connection.close()
-        (status, body), (ok, started) = answers
+        (status, body), (ok, started), (none, empty) = answers
         assert status == 413 and body["error"]["type"] == "PayloadTooLarge", body
         assert ok == 201, started  # a chunked body under the limit is read as usual
+        assert none == 415 and empty["error"]["type"] == "UnsupportedMediaType", empty
         assert [r["input"] for r in http.get(RUNS).body["items"]] == ["ada"]
 
 

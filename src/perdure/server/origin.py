@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigurationError
 from .asgi import send_error
@@ -115,10 +115,17 @@ class JsonOnly:
         headers = dict(scope["headers"])
         kind = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
         length = headers.get(b"content-length")
-        empty = length == b"0" or (length is None and b"transfer-encoding" not in headers)
+        chunked = length is None and b"transfer-encoding" in headers
+        empty = length == b"0" or (length is None and not chunked)
         if kind == b"application/json" and not empty:
-            await self.app(scope, receive, send)
-            return
+            if chunked:  # an empty chunked body is no body either
+                first = await receive()
+                if first["type"] == "http.request" and not first.get("body"):
+                    empty = not first.get("more_body", False)
+                receive = _replaying(first, receive)
+            if not empty:
+                await self.app(scope, receive, send)
+                return
         await send_error(
             send,
             415,
@@ -126,6 +133,16 @@ class JsonOnly:
             f"{scope['method']} needs a JSON body: send Content-Type: application/json "
             "and a body ({} for none)",
         )
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """``receive`` with ``first`` given back first."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def same_origin(request: Request) -> bool:

@@ -27,7 +27,7 @@ from .dag import layout_dag
 from .forms import NOTICES, SECURITY_HEADERS, keep_session, session_of, sessions_of
 from .timeline import duration_text, layout
 
-__all__ = ["STATIC", "json_value", "render", "router", "run_view", "templates"]
+__all__ = ["STATIC", "json_value", "render", "router", "run_view"]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
