@@ -68,6 +68,7 @@ def open_read_only(
         raise ReadOnlyDatabase(
             f"no SQLite database at {path}: read-only mode opens an existing file only",
             str(path),
+            opened_read_only=True,
         )
     for immutable in (False, True):
         conn = sqlite3.connect(
@@ -94,6 +95,7 @@ def open_read_only(
                     f"(sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'), or make the "
                     "-shm file readable",
                     str(path),
+                    opened_read_only=True,
                 ) from exc
             log.info(
                 "%s: no -shm index can be made beside it (%s) and no -wal holds commits: "
