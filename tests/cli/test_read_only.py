@@ -151,6 +151,9 @@ def test_read_commands_work_on_a_file_their_user_cannot_write(
     watched = _perdure(f, "runs", "watch", f.done, "--json")
     assert watched.returncode == 0, watched.stderr
     assert json.loads(watched.stdout.splitlines()[-1])["type"] == "completed"
+    through_app = _perdure(f, "--app", "ro_app:app", "runs", "show", f.pending, "--json")
+    assert through_app.returncode == 0, through_app.stderr
+    assert json.loads(through_app.stdout)["run"]["status"] == "pending"
     for command in (["workflows", "--json"], ["workers", "--json"], ["schedules", "list"]):
         done = _perdure(f, *command)
         assert done.returncode == 0, (command, done.stderr)
