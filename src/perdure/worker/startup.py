@@ -27,8 +27,9 @@ async def until_reachable(
     sleep: Callable[[float], Awaitable[None]],
 ) -> T:
     """``attempt()``, retried (0.2 s doubling to 5 s, one warning each) while the
-    database is unreachable. A schema newer than this code is not retried; a stop
-    meanwhile raises `StoppedAtStart`."""
+    database is unreachable. A schema newer than this code is not retried, nor is a
+    read-only database (`ReadOnlyDatabase` is no `BackendError`); a stop meanwhile
+    raises `StoppedAtStart`."""
     failures = 0
     while True:
         try:
