@@ -32,6 +32,7 @@ log = logging.getLogger("perdure.backends.sqlite")
 
 _SQLITE_READONLY = 8
 _SQLITE_CANTOPEN = 14
+_SQLITE_READONLY_DBMOVED = 8 | (4 << 8)  # the file was moved or deleted: not read-only
 
 
 def create_private(path: Path) -> None:
@@ -154,7 +155,8 @@ def check_schema(s: Session, path: Path) -> int:
 
 def refused_write(exc: sqlite3.Error, path: Path, read_only: bool) -> ReadOnlyDatabase | None:
     """The `ReadOnlyDatabase` error for a write SQLite refused as read-only, else None."""
-    if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_READONLY:
+    code = getattr(exc, "sqlite_errorcode", 0)
+    if code & 0xFF != _SQLITE_READONLY or code == _SQLITE_READONLY_DBMOVED:
         return None
     if read_only:
         return ReadOnlyDatabase(
