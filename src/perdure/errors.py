@@ -4,7 +4,7 @@
 PerdureError
 ├── ConfigurationError                   bad URL, settings or registration
 │   ├── MissingDependencyError (+ImportError)  names the extra to install
-│   └── ReadOnlyDatabase                 a write on a read-only file or a read-only app
+│   └── ReadOnlyDatabase (+BackendError) a write on a read-only file or a read-only app
 ├── ValidationError (+ValueError)        bad input at any edge; nothing was stored
 │   └── SerializationError               a value is not JSON (names the workflow or step)
 ├── NotFoundError (+LookupError)
@@ -82,24 +82,6 @@ class MissingDependencyError(ConfigurationError, ImportError):
         self.extra = extra
 
 
-class ReadOnlyDatabase(ConfigurationError):
-    """Something tried to write to a database that is read-only: an SQLite file this
-    process cannot write (file mode, directory, read-only mount), or an app opened
-    with ``read_only=True``. Nothing was stored. Reads work on such a database when it
-    is opened read-only (``App(read_only=True)``, ``PERDURE_READ_ONLY=1``).
-
-    Attributes:
-        target: the SQLite file ("" on PostgreSQL).
-        opened_read_only: True when the refusal is read-only mode's, False when the
-            file itself cannot be written.
-    """
-
-    def __init__(self, message: str, target: str = "", *, opened_read_only: bool = False) -> None:
-        super().__init__(message)
-        self.target = target
-        self.opened_read_only = opened_read_only
-
-
 class RunStateError(PerdureError, ValueError):
     """The run's status does not allow this (retrying a run that is still live)."""
 
@@ -130,6 +112,28 @@ class BackendError(PerdureError):
 
 class SchemaVersionError(BackendError):
     """The database schema does not match this version of perdure."""
+
+
+class ReadOnlyDatabase(ConfigurationError, BackendError):
+    """Something tried to write to a database that is read-only: an SQLite file this
+    process cannot write (file mode, directory, read-only mount), or an app opened
+    with ``read_only=True``. Nothing was stored. Reads work on such a database when it
+    is opened read-only (``App(read_only=True)``, ``PERDURE_READ_ONLY=1``).
+
+    A configuration error first: a worker starting on such a database stops at once
+    instead of waiting for it. It is also a `BackendError`, so a file that turns
+    read-only under a running worker is handled like any storage failure.
+
+    Attributes:
+        target: the SQLite file ("" on PostgreSQL).
+        opened_read_only: True when the refusal is read-only mode's, False when the
+            file itself cannot be written.
+    """
+
+    def __init__(self, message: str, target: str = "", *, opened_read_only: bool = False) -> None:
+        super().__init__(message)
+        self.target = target
+        self.opened_read_only = opened_read_only
 
 
 class StepFailed(PerdureError):

@@ -151,6 +151,9 @@ def test_read_commands_work_on_a_file_their_user_cannot_write(
     watched = _perdure(f, "runs", "watch", f.done, "--json")
     assert watched.returncode == 0, watched.stderr
     assert json.loads(watched.stdout.splitlines()[-1])["type"] == "completed"
+    through_app = _perdure(f, "--app", "ro_app:app", "runs", "show", f.pending, "--json")
+    assert through_app.returncode == 0, through_app.stderr
+    assert json.loads(through_app.stdout)["run"]["status"] == "pending"
     for command in (["workflows", "--json"], ["workers", "--json"], ["schedules", "list"]):
         done = _perdure(f, *command)
         assert done.returncode == 0, (command, done.stderr)
@@ -243,3 +246,43 @@ def test_serve_read_only_serves_pages_and_refuses_changes(read_only_file: ReadOn
             server.kill()
             server.wait()
     assert f.digest() == before
+
+
+def _writer_holding_the_wal(f: ReadOnlyFile) -> tuple[App, str]:
+    """A writer (root, which file modes do not stop) that keeps the file open with one
+    commit still in the -wal; SQLite gives the -wal and -shm the file's mode, 0444."""
+    app = App(f"sqlite:///{f.path}", sweep_interval=0)
+    handle = app.start("greet", "cy")
+    assert Path(f"{f.path}-wal").stat().st_size > 0
+    return app, handle.id
+
+
+def test_a_reader_sees_a_live_writers_commits_through_a_readable_index(
+    read_only_file: ReadOnlyFile,
+) -> None:
+    f = read_only_file
+    writer, fresh = _writer_holding_the_wal(f)
+    try:
+        listed = _perdure(f, "runs", "list", "--workflow", "greet", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert fresh in {r["id"] for r in json.loads(listed.stdout)["items"]}
+    finally:
+        writer.close()
+
+
+def test_a_wal_that_cannot_be_read_without_its_index_is_refused_clearly(
+    read_only_file: ReadOnlyFile,
+) -> None:
+    f = read_only_file
+    writer, _ = _writer_holding_the_wal(f)
+    shm = Path(f"{f.path}-shm")
+    try:
+        shm.chmod(0)
+        listed = _perdure(f, "runs", "list")
+        assert listed.returncode == 1
+        lines = listed.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in listed.stderr, listed.stderr
+        assert "holds commits" in lines[0] and "wal_checkpoint(TRUNCATE)" in lines[0]
+    finally:
+        shm.chmod(0o444)
+        writer.close()

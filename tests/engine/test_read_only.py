@@ -46,6 +46,7 @@ def test_a_read_only_app_reads_and_refuses_every_write(
         assert reader.get_run(done).output == "hi ada"
         assert [s.name for s in reader.get_steps(done)] == ["hello"]
         assert [w.name for w in reader.list_workflows()] == ["greet"]
+        assert [e.type for e in reader.watch(done)][-1] == "completed"
         writes: dict[str, Callable[[], object]] = {
             "start": lambda: reader.start("greet", "eve"),
             "cancel": lambda: reader.cancel(pending),

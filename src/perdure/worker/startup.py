@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ..errors import BackendError, SchemaVersionError
+from ..errors import BackendError, ReadOnlyDatabase, SchemaVersionError
 
 __all__ = ["StoppedAtStart", "until_reachable"]
 
@@ -27,13 +27,13 @@ async def until_reachable(
     sleep: Callable[[float], Awaitable[None]],
 ) -> T:
     """``attempt()``, retried (0.2 s doubling to 5 s, one warning each) while the
-    database is unreachable. A schema newer than this code is not retried; a stop
-    meanwhile raises `StoppedAtStart`."""
+    database is unreachable. A schema newer than this code is not retried, nor is a
+    read-only database; a stop meanwhile raises `StoppedAtStart`."""
     failures = 0
     while True:
         try:
             return await attempt()
-        except SchemaVersionError:
+        except (SchemaVersionError, ReadOnlyDatabase):
             raise
         except BackendError as exc:
             failures += 1

@@ -32,6 +32,7 @@ log = logging.getLogger("perdure.backends.sqlite")
 
 _SQLITE_READONLY = 8
 _SQLITE_CANTOPEN = 14
+_SQLITE_READONLY_DBMOVED = 8 | (4 << 8)  # the file was moved or deleted: not read-only
 
 
 def create_private(path: Path) -> None:
@@ -68,6 +69,7 @@ def open_read_only(
         raise ReadOnlyDatabase(
             f"no SQLite database at {path}: read-only mode opens an existing file only",
             str(path),
+            opened_read_only=True,
         )
     for immutable in (False, True):
         conn = sqlite3.connect(
@@ -94,6 +96,7 @@ def open_read_only(
                     f"(sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'), or make the "
                     "-shm file readable",
                     str(path),
+                    opened_read_only=True,
                 ) from exc
             log.info(
                 "%s: no -shm index can be made beside it (%s) and no -wal holds commits: "
@@ -152,7 +155,8 @@ def check_schema(s: Session, path: Path) -> int:
 
 def refused_write(exc: sqlite3.Error, path: Path, read_only: bool) -> ReadOnlyDatabase | None:
     """The `ReadOnlyDatabase` error for a write SQLite refused as read-only, else None."""
-    if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_READONLY:
+    code = getattr(exc, "sqlite_errorcode", 0)
+    if code & 0xFF != _SQLITE_READONLY or code == _SQLITE_READONLY_DBMOVED:
         return None
     if read_only:
         return ReadOnlyDatabase(
