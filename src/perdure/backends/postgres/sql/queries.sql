@@ -161,7 +161,8 @@ WITH c AS (
             perdure_now() + make_interval(secs => %(deadline_in)s::double precision),
             %(retention_days)s::integer, %(traceparent)s::text, %(worker)s::text,
             -- a claim's token (_new_lease), or 0: never claimed
-            CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE uuid_hash_extended(gen_random_uuid(), 0) END,
+            CASE WHEN %(worker)s::text IS NULL THEN 0
+                 ELSE uuid_hash_extended(gen_random_uuid(), 0) END,
             perdure_now() + make_interval(secs => %(lease)s::double precision),
             CASE WHEN %(worker)s::text IS NOT NULL THEN perdure_now() END,
             CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE 1 END)
