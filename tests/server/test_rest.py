@@ -170,7 +170,16 @@ def test_run_ids_follow_one_rule_and_every_stored_id_can_be_addressed(  # type: 
                 reply = http.post(RUNS.format("greet"), {"input": "x", field: bad})
                 assert (reply.status, reply.body["error"]["type"]) == (422, "ValidationError")
                 assert "must be 1-255 characters" in reply.body["error"]["message"]
+            key = quote(bad, safe="")
+            for path in (
+                f"{RUNS.format('approval')}/{victim}/signals/poke?idempotencyKey={key}",
+                f"/v1/events/poke?idempotencyKey={key}",
+            ):
+                reply = http.post(path, {})
+                assert (reply.status, reply.body["error"]["type"]) == (422, "ValidationError")
         assert _count(http, "greet") == 0
+        events = http.get(f"{RUNS.format('approval')}/{victim}/events").body["items"]
+        assert [e["type"] for e in events] == ["created"]  # no signal was stored
         # What the rule allows, each addressed by the routes with its id quoted.
         for good in ["tenant 42", "order:42@eu-west", "café ✓ 日本", "a..b", "+&=;,"]:
             started = http.post(RUNS.format("approval"), {"input": {"order": 2}, "runId": good})

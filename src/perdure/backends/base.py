@@ -347,7 +347,7 @@ class Backend(abc.ABC):
         lowest ``priority`` first, then oldest ``available_at``. Concurrent claimers
         never get the same run (``FOR UPDATE SKIP LOCKED`` / ``BEGIN IMMEDIATE``).
 
-        Each claimed run: status ``running``, a new ``lease_token`` (previous + 1),
+        Each claimed run: status ``running``, a new ``lease_token`` (64 random bits),
         ``lease_owner`` = worker, lease and ``available_at`` = now + lease,
         ``started_at`` set if unset, ``wake_reason`` cleared,
         ``claims_since_progress`` + 1; a ``claimed`` event (preceded by

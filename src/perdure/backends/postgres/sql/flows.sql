@@ -152,7 +152,7 @@ claimed AS (
     UPDATE runs AS r SET
         status = 'running',
         -- as claim_runs: 64 random bits (docs/storage.md)
-        lease_token = new_lease_token(),
+        lease_token = uuid_hash_extended(gen_random_uuid(), 0),
         lease_owner = %(worker)s::text,
         lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
         available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),

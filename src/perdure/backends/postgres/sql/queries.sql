@@ -165,7 +165,8 @@ WITH c AS (
             perdure_now() + make_interval(secs => %(deadline_in)s::double precision),
             %(retention_days)s::integer, %(traceparent)s::text, %(worker)s::text,
             -- a claim's token (_new_lease), or 0: never claimed
-            CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE new_lease_token() END,
+            CASE WHEN %(worker)s::text IS NULL THEN 0
+                 ELSE uuid_hash_extended(gen_random_uuid(), 0) END,
             perdure_now() + make_interval(secs => %(lease)s::double precision),
             CASE WHEN %(worker)s::text IS NOT NULL THEN perdure_now() END,
             CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE 1 END)
@@ -861,10 +862,10 @@ claimed AS (
 
 -- name: _new_lease
 -- (a part) The columns both claims set on a run they lease to %(worker)s for %(lease)s
--- seconds. The token is 64 random bits (new_lease_token()): never guessed, and never
--- one a claim a crash undid handed out (claims commit without waiting for their WAL
--- flush): see docs/storage.md.
-lease_token = new_lease_token(),
+-- seconds. The token is 64 bits hashed from a v4 uuid's 122 random bits (the
+-- server's strong random source): never guessed, and never one a claim a crash undid
+-- handed out (claims commit without waiting for their WAL flush): docs/storage.md.
+lease_token = uuid_hash_extended(gen_random_uuid(), 0),
         lease_owner = %(worker)s::text,
         lease_expires_at = perdure_now() + make_interval(secs => %(lease)s::double precision),
         available_at = perdure_now() + make_interval(secs => %(lease)s::double precision),

@@ -24,7 +24,7 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING * INTO run;
     ELSE
-        -- The token rule of a claim's (_new_lease in queries.sql) for a row without one.
+        -- A claim's token (_new_lease in queries.sql): 64 random bits.
         INSERT INTO runs (id, workflow, version, status, input, priority, idempotency_key,
                           parent_id, parent_step, available_at, deadline_at, retention_days,
                           lease_owner, lease_token, lease_expires_at, started_at,
@@ -33,7 +33,7 @@ BEGIN
                 p_idempotency_key, p_parent_id, p_parent_step,
                 perdure_now() + make_interval(secs => p_lease), p_deadline_at,
                 p_retention_days, p_lease_owner,
-                new_lease_token(),
+                uuid_hash_extended(gen_random_uuid(), 0),
                 perdure_now() + make_interval(secs => p_lease), perdure_now(), 1)
         ON CONFLICT DO NOTHING
         RETURNING * INTO run;

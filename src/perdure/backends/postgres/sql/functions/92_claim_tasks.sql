@@ -90,7 +90,8 @@ BEGIN
             status = 'running',
             -- a lapsed lease counts as an attempt (a timeout): this claim is the next
             attempt = r.attempt + CASE WHEN due.previous_status = 'running' THEN 1 ELSE 0 END,
-            lease_token = new_lease_token(),
+            -- 64 random bits, as claim_runs' (docs/storage.md)
+            lease_token = uuid_hash_extended(gen_random_uuid(), 0),
             lease_owner = claim_tasks.worker,
             lease_expires_at = perdure_now() + make_interval(secs => due.lease_seconds),
             available_at = perdure_now() + make_interval(secs => due.lease_seconds),
