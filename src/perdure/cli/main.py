@@ -25,6 +25,7 @@ from ..telemetry.setup import configure_tracing
 from . import recovery as _recovery  # noqa: F401  (registers runs retry/fork/cancel)
 from .client import client, json_arg, load_app
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
+from .replay import replay_check_command
 from .runs import runs
 from .schedules import schedules
 
@@ -83,6 +84,7 @@ def cli(
 
 cli.add_command(runs)
 cli.add_command(schedules)
+cli.add_command(replay_check_command)
 
 
 @cli.command()

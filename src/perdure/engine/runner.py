@@ -80,6 +80,24 @@ class Runner:
         )
         self.ctx = Context(self.steps)
         self._deadline_error: dict[str, Any] | None = None
+        #: A replay check (`check`): nothing is committed, published or logged.
+        self._checking = False
+        self._checked: Outcome | Transition | None = None
+
+    async def check(self) -> dict[str, Any] | None:
+        """Replay the body over the claimed journal without executing any step
+        function, stopping at the first step the journal does not hold; return how the
+        replay diverged (the run's would-be `NonDeterminismError`), or None. Commits,
+        publishes and logs nothing (`perdure.testing.replay_check`)."""
+        self._checking = True
+        self.steps.replay_only = True
+        await self.execute()
+        ending = self._checked
+        if isinstance(ending, Transition):
+            for event in ending.events:
+                if event.type == "replay_diverged":
+                    return event.data
+        return None
 
     def now(self) -> datetime:
         """The database clock, estimated from the claim time plus elapsed monotonic time."""
@@ -229,6 +247,8 @@ class Runner:
         transition, wake_at, message = diverged_outcome(
             self.run, self.token, detail, self.now(), fail=fail
         )
+        if self._checking:
+            return await self._finish(transition, "diverged")
         self._telemetry.diverged()
         log.warning(
             "run %s (%s v%s): replay diverged: %s",
@@ -348,6 +368,9 @@ class Runner:
         wake_at: datetime | None = None,
         reason: str | None = None,
     ) -> PassResult:
+        if self._checking:
+            self._checked = ending
+            return PassResult(label)
         transition = (
             ending
             if isinstance(ending, Transition)

@@ -646,6 +646,10 @@ WHERE run_id = :source_id AND status <> 'retrying' AND kind <> 'rollback'
     AND (:before_seq IS NULL OR seq < :before_seq)
 ORDER BY seq
 
+-- name: get_call_order
+-- The steps a run's body asked for, in the order it first asked ('kind:key', JSON).
+SELECT call_order FROM runs WHERE id = :run_id
+
 -- name: get_steps_with_superseded
 -- A run's journal and superseded rows in write order (seqs of removed rows are reused).
 SELECT seq, key, kind, status, output, error, attempts, started_at, completed_at,
