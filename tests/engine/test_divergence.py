@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from perdure import App, Context
+from perdure.describe import waits_for
 
 from .helpers import wait_for
 
@@ -157,6 +158,8 @@ def test_a_changed_body_parks_the_run_and_the_old_code_completes_it(
     assert run.error is not None and run.error["type"] == "NonDeterminismError"
     assert run.error["worker_version"] == 1
     assert run.error["journaled"] is not None or run.error["asked"] is not None
+    said = waits_for(run, app_b.get_events(run_id)) or ""  # runs show, the dashboard
+    assert "replay diverged" in said
     events = [e for e in app_b.get_events(run_id) if e.type == "replay_diverged"]
     assert len(events) == 1 and events[0].data["position"] == run.error["position"]
     # Detection comes before any step function: nothing ran twice, nothing new ran.

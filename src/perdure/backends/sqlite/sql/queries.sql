@@ -608,8 +608,7 @@ RETURNING key, seq
 DELETE FROM steps WHERE run_id = :run_id AND (seq >= :from_seq OR kind = 'rollback')
 
 -- name: cut_call_order
--- Before a retry takes rows out of the journal (from :from_seq on): cut the run's call
--- order where the first of them was asked, and drop its rollbacks' entries.
+-- Before a retry supersedes rows from :from_seq on: cut the call order where they begin.
 UPDATE runs SET call_order = (
     SELECT json_group_array(o.value) FROM (
         SELECT c.value FROM json_each(runs.call_order) c
