@@ -159,8 +159,9 @@ async def _check(
 ) -> Divergence | None:
     run = history.run
     definition = None if run.version is None else app._registry.get(run.workflow, run.version)
-    if definition is None or any(s.kind == "flow-task" for s in history.journal):
-        return None
+    rolling_back = isinstance(run.error, dict) and run.error.get("rollback") is True
+    if definition is None or rolling_back or any(s.kind == "flow-task" for s in history.journal):
+        return None  # not this code's, a cancel's rollbacks, or a DAG flow's run
     claim = Claim(
         run=replace(run, status="running"),
         lease_token=0,

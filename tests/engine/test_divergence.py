@@ -18,6 +18,7 @@ import pytest
 
 from perdure import App, Context
 from perdure.describe import waits_for
+from perdure.telemetry import enable_metrics
 
 from .helpers import wait_for
 
@@ -196,11 +197,14 @@ def test_a_random_step_name_parks_on_its_first_replay(
 
     app = _app(database, random_name, calls)
     apps.append(app)
+    series = enable_metrics().workflow("deployed")  # workflow_replay_divergences_total
+    counted = series.divergences
     with app.worker():
         run_id = app.start("deployed").id
         wait_for(lambda: app.get_run(run_id).wake_reason == "event")
         app.signal(run_id, "go", None)
         wait_for(lambda: _diverged(app, run_id))
+    assert series.divergences == counted + 1
     assert sum(calls.values()) == 1  # the pick ran once; "after" never ran
     assert [s.kind for s in app.get_steps(run_id)] == ["run", "wait"]
 

@@ -320,6 +320,7 @@ class Runner:
         journal does not hold (registering the rollbacks of completed steps), run the
         rollbacks newest first, each durably, then cancel the run."""
         self.steps.replay_only = True
+        self._commits.cursor.disable()
         body = asyncio.create_task(self._call_body(), name=f"perdure:{self.run.id}")
         self._control.body = body
         await self._barrier.drive(body)
