@@ -20,7 +20,7 @@ from perdure import App, Context
 from perdure.describe import waits_for
 from perdure.telemetry import enable_metrics
 
-from .helpers import wait_for
+from .helpers import raw_sql, wait_for
 
 Body = Callable[[Context, Counter[str]], Awaitable[Any]]
 
@@ -314,3 +314,19 @@ def test_patched_old_runs_take_the_old_branch_and_new_runs_the_new(
     assert calls == Counter({"one": 3, "old": 1, "new": 2})
     for run_id in (past, before, fresh):
         assert not [e for e in app_b.get_events(run_id) if e.type == "replay_diverged"]
+
+
+def test_a_run_journaled_before_call_orders_replays_by_name_as_before(
+    database: Any, apps: list[App], calls: Counter[str]
+) -> None:
+    app_a = _app(database, code_a, calls)
+    app_b = _app(database, renamed, calls)
+    apps += [app_a, app_b]
+    run_id = _start_on_a(app_a)
+    empty = "[]" if database.kind == "sqlite" else "{}"  # as the migration leaves it
+    raw_sql(database, "UPDATE runs SET call_order = ? WHERE id = ?", (empty, run_id))
+    with app_b.worker():
+        app_b.signal(run_id, "go", None)
+        assert app_b.result(run_id, timeout=20) == "done"
+    # By name: "deux" is a new step to it, "two" an orphan row, as before call orders.
+    assert calls == Counter({"one": 1, "two": 1, "deux": 1, "three": 1})
