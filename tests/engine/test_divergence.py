@@ -9,6 +9,7 @@ deploys.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -187,8 +188,10 @@ def test_appending_a_step_after_the_journaled_ones_is_no_divergence(
 
 
 def test_a_random_step_name_parks_on_its_first_replay(
-    database: Any, apps: list[App], calls: Counter[str]
+    database: Any, apps: list[App], calls: Counter[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="perdure.runs")
+
     async def random_name(ctx: Context, calls: Counter[str]) -> Any:
         await _step(ctx, calls, f"pick-{random.randint(0, 10**9)}")
         await ctx.step.wait_for_event("go")
@@ -205,6 +208,8 @@ def test_a_random_step_name_parks_on_its_first_replay(
         app.signal(run_id, "go", None)
         wait_for(lambda: _diverged(app, run_id))
     assert series.divergences == counted + 1
+    warned = [r for r in caplog.records if "replay diverged" in r.getMessage()]
+    assert warned and warned[0].levelno == logging.WARNING
     assert sum(calls.values()) == 1  # the pick ran once; "after" never ran
     assert [s.kind for s in app.get_steps(run_id)] == ["run", "wait"]
 

@@ -41,7 +41,7 @@ from .compensation import compensated_error, run_rollbacks
 from .control import PassControl
 from .cursor import JournalCursor
 from .divergence import diverged_outcome
-from .run_log import log_outcome
+from .run_log import log_outcome, log_run
 from .services import PassResult, RunServices
 from .steps import PassSteps
 from .suspend import AbandonSignal, FailRunSignal, ParkSignal, Suspend, contains, engine_error, find
@@ -250,14 +250,7 @@ class Runner:
         if self._checking:
             return await self._finish(transition, "diverged")
         self._telemetry.diverged()
-        log.warning(
-            "run %s (%s v%s): replay diverged: %s",
-            self.run.id,
-            self.run.workflow,
-            self.run.version,
-            message,
-            extra={"run_id": self.run.id, "workflow": self.run.workflow, "outcome": "diverged"},
-        )
+        log_run(logging.WARNING, self.run, "diverged", message)  # one line per run
         if fail:
             return await self._finish(transition, "failed")
         return await self._finish(transition, "diverged", wake_at=wake_at, reason=message)
