@@ -206,3 +206,21 @@ def test_a_mutated_body_diverges_unless_it_only_appends(
 
     result = _run(mutated, store, passes=1)
     assert result == ["diverged"], (ops, mutated, store.order)
+
+
+def test_a_diverged_run_is_retried_with_a_backoff_from_5s_to_5min() -> None:
+    from dataclasses import replace
+
+    from perdure.engine.divergence import diverged_outcome
+
+    run = Store().claim().run
+    detail = {"position": 1, "journaled": {"name": "b", "kind": "run"}, "asked": None}
+    delays = []
+    for _ in range(9):
+        transition, wake_at, message = diverged_outcome(run, 7, detail, NOW, fail=False)
+        assert isinstance(transition.outcome, Park) and transition.outcome.reason == "divergence"
+        assert wake_at is not None and "ended without asking for it" in message
+        delays.append((wake_at - NOW).total_seconds())
+        run = replace(run, error=transition.outcome.error)  # as the park stores it
+    assert delays == [5, 10, 20, 40, 80, 160, 300, 300, 300]
+    assert [e.type for e in transition.events] == ["replay_diverged"]
