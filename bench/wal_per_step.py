@@ -22,10 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ADMIN_URL, CommitCounter, drop_database, fresh_database  # noqa: E402
+import psycopg
+from _common import ADMIN_URL, CommitCounter, drop_database, fresh_database
 
-import psycopg  # noqa: E402
-from perdure import App, Context  # noqa: E402
+from perdure import App, Context
 
 DB = "bench_wal_per_step"
 
@@ -90,9 +90,7 @@ def main() -> None:
                     handle.result(timeout=300)
 
             out["W1"] = measure(counter, args.runs * 3, w1)
-            out["W4"] = measure(
-                counter, args.steps, lambda: app.run(long, args.steps, timeout=600)
-            )
+            out["W4"] = measure(counter, args.steps, lambda: app.run(long, args.steps, timeout=600))
     finally:
         app.close()
         counter.close()
