@@ -327,9 +327,12 @@ class TestEnvironment(App):
         schedules due count while the environment's worker is there to fire them."""
         now = await backend.now()
         pairs = [(d.name, d.version) for d in self._registry.all()]
-        due = await backend.next_wake_at(pairs)
+        due = await backend.next_wake_at([*pairs, *self._registry.task_pairs(None)])
         ticks = len(await backend.due_schedules()) if self._with_worker else 0
-        return _Look(now, due, _counts(await backend.workflow_summaries()), ticks)
+        # A flow's run stays "running" while its tasks (runs of their own) park or run.
+        flows = {flow.name for flow in self._registry.flows()}
+        summaries = [s for s in await backend.workflow_summaries() if s.name not in flows]
+        return _Look(now, due, _counts(summaries), ticks)
 
     async def _settle(self, backend: Backend, timeout: float) -> None:
         """Return once every run is parked or ended, seen twice in a row the same."""

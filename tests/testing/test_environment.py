@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from perdure import App, Context, RetryAfter, WorkflowFailed, current_step
+from perdure import App, Context, RetryAfter, TaskContext, WorkflowFailed, current_step
 from perdure.errors import ConfigurationError, TimeoutError, ValidationError
 from perdure.testing import TestEnvironment
 
@@ -83,6 +83,17 @@ async def ticks(ctx: Context, input: None) -> list[str]:
     return seen
 
 
+# retries wait base_delay * 2**attempt: 12 hours, then 24
+fetch = app.flow("fetch", max_attempts=3, base_delay=6 * 3600)
+
+
+@fetch.step
+async def page(ctx: TaskContext, input: object) -> str:
+    if ctx.attempt < 3:
+        raise RuntimeError("the site is down")
+    return "fetched"
+
+
 @pytest.fixture(params=BACKENDS)
 def url(request: pytest.FixtureRequest) -> str | None:
     """None: the environment's own SQLite file; else the PostgreSQL server's URL."""
@@ -143,6 +154,16 @@ def test_each_run_sees_its_timers_fire_in_order_within_one_advance(
 @app.workflow
 async def monthly(ctx: Context, input: object) -> str:
     return await ctx.step.run("report", lambda: "sent")
+
+
+def test_a_flow_tasks_backoffs_are_stops_of_the_walk(env: TestEnvironment) -> None:
+    """The task retries 12 hours in, fails again, and retries 24 hours after that: 36
+    hours, within one advance of 37 (the flow's own run stays "running" meanwhile)."""
+    handle = env.start(fetch, {})
+    env.advance("37h")
+    assert handle.result(timeout=10) == {"page": "fetched"}
+    [step] = env.get_steps(handle.id)
+    assert step.attempts == 3
 
 
 def test_advance_returns_once_the_cron_tick_it_makes_due_has_run(env: TestEnvironment) -> None:
