@@ -12,8 +12,10 @@ def test_trial_expires():
 
 The clock is the database's: every due time, lease, deadline and retry backoff is
 judged by it (`Backend.set_clock_offset`), so skipped time is judged exactly as real
-time would be, by every process on that database, and the workflow code under test
-is the code that runs in production. The pytest plugin (`perdure.pytest_plugin`)
+time would be, by every process on that database (a process the test starts gets the
+database from ``env.environ`` or ``env.worker_command(app)``), and the workflow code
+under test is the code that runs in production. ``advance`` stops at each due time on
+the way, so timers fire in order. The pytest plugin (`perdure.pytest_plugin`)
 gives the same environment as the fixture ``perdure_env``.
 """
 
