@@ -10,7 +10,7 @@ Point it at your app with a fixture named ``perdure_app``, usually in ``conftest
         return app
 
 Options: the marker ``@pytest.mark.perdure(auto_advance=True, database_url=...,
-worker=False)`` on a test, module or class; ``--perdure-database-url`` on the command
+worker=False, schema=...)`` on a test, module or class; ``--perdure-database-url`` on the command
 line or ``perdure_database_url`` in the ini file to run every environment on
 PostgreSQL (each test gets a schema of its own).
 
@@ -45,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "perdure(database_url=None, auto_advance=False, worker=True): "
+        "perdure(database_url=None, auto_advance=False, worker=True, schema=None): "
         "options of the perdure_env fixture",
     )
 

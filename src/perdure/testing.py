@@ -12,8 +12,10 @@ def test_trial_expires():
 
 The clock is the database's: every due time, lease, deadline and retry backoff is
 judged by it (`Backend.set_clock_offset`), so skipped time is judged exactly as real
-time would be, by every process on that database, and the workflow code under test
-is the code that runs in production. The pytest plugin (`perdure.pytest_plugin`)
+time would be, by every process on that database (a process the test starts gets the
+database from ``env.environ`` or ``env.worker_command(app)``), and the workflow code
+under test is the code that runs in production. ``advance`` stops at each due time on
+the way, so timers fire in order. The pytest plugin (`perdure.pytest_plugin`)
 gives the same environment as the fixture ``perdure_env``.
 """
 
@@ -24,6 +26,7 @@ import logging
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -31,6 +34,7 @@ from datetime import datetime, timedelta
 from ._connections import Connections
 from ._portal import Portal
 from .app import App
+from .backends._clock import check_offset
 from .backends.base import Backend
 from .durations import Duration, to_seconds
 from .errors import BackendError, ConfigurationError, TimeoutError, ValidationError
@@ -68,6 +72,10 @@ class TestEnvironment(App):
             several environments on one server never see each other's runs or clock.
             An ``sqlite:///`` URL uses that file as is, and keeps it (its clock stays
             where the test moved it: the clock never runs backwards).
+        schema: with a ``postgresql://`` URL, work in this schema (created if missing,
+            kept at the end) instead of a fresh one: for processes the test does not
+            start itself, which look in a schema they were told. Processes the test
+            starts get the environment's database from `environ` or `worker_command`.
         auto_advance: jump the clock to the next due time (a timer, a retry backoff,
             an event timeout, a deadline, a delayed start) whenever every run is
             parked, so a workflow of long sleeps finishes by itself.
@@ -84,6 +92,7 @@ class TestEnvironment(App):
         *,
         auto_advance: bool = False,
         worker: bool = True,
+        schema: str | None = None,
     ) -> None:
         if not isinstance(app, App):
             raise ConfigurationError(
@@ -94,15 +103,22 @@ class TestEnvironment(App):
         self.__dict__.update(app.__dict__)
         self._temp_dir: str | None = None
         self._own_schema = False
-        schema = app.settings.schema
+        postgres = isinstance(database_url, str) and not database_url.lower().startswith("sqlite:")
+        if schema is not None and not postgres:
+            raise ConfigurationError(
+                f"schema={schema!r:.80} is for a postgresql:// database_url: an SQLite "
+                "database has no schemas"
+            )
         if database_url is None:
             self._temp_dir = tempfile.mkdtemp(prefix="perdure-test-")
             url = "sqlite:///" + os.path.join(self._temp_dir, "perdure.db")
         else:
             url = database_url
-            if not isinstance(url, str) or url.split(":", 1)[0].lower() != "sqlite":
-                schema = f"perdure_test_{secrets.token_hex(6)}"
-                self._own_schema = True
+        if not postgres:
+            schema = app.settings.schema
+        elif schema is None:
+            schema = f"perdure_test_{secrets.token_hex(6)}"
+            self._own_schema = True
         try:
             self.settings = replace(app.settings, database_url=url, schema=schema)
             self._connections = Connections(self.settings, self._registry, migrate=True)
@@ -210,15 +226,20 @@ class TestEnvironment(App):
 
         First waits until every run has reached a park or its end (so a timer the
         workflow is about to start counts from before the jump, as it would in real
-        time), then moves the clock: every timer, retry backoff, event timeout,
-        deadline and delayed start now due fires at once, and the worker is woken.
-        Returns once the runs that became due have run to their next park or end
-        (with ``worker=False``: at once), with the new time.
+        time). Then walks the due times within ``duration`` in order: the clock moves
+        to the earliest timer, retry backoff, event timeout, deadline or delayed start,
+        the runs it wakes run to their next park or end (and may start timers of their
+        own, which count from there), and so on, until the next due time lies beyond
+        ``duration``; then the clock moves to its end. So one ``advance("37d")`` takes
+        a run through a 30-day sleep and then a 7-day event timeout, as 37 real days
+        would. Returns the new time once the runs have settled (with ``worker=False``:
+        one move, and at once).
 
         Raises:
-            ValidationError: ``duration`` is not a duration of at most 100 years.
-            TimeoutError: runs were still running after ``timeout`` real seconds,
-                before or after the move (a step that waits on something real).
+            ValidationError: ``duration`` is not a duration of at most 100 years in all;
+                the clock has not moved.
+            TimeoutError: runs were still running after ``timeout`` real seconds at one
+                stop of the walk (a step that waits on something real).
         """
         seconds = to_seconds(duration, what="duration")
         limit = to_seconds(timeout, what="timeout")
@@ -226,35 +247,95 @@ class TestEnvironment(App):
         self._advancing += 1
         try:
             await self._settle(backend, limit)
-            await self._move(backend, seconds)
+            # Refused before the first stop: a walk that cannot end moves nothing.
+            end = check_offset(await backend.clock_offset() + seconds, 0.0)
+            while self._with_worker:
+                look = await self._look(backend)
+                if look.due is None:
+                    break
+                stop = await backend.clock_offset() + (look.due - look.now + _STEP).total_seconds()
+                if stop >= end:
+                    break
+                await self._move_to(backend, stop)
+                await self._settle(backend, limit)
+            await self._move_to(backend, end)
             await self._settle(backend, limit)
         finally:
             self._advancing -= 1
         return await backend.now()
 
-    async def _move(self, backend: Backend, seconds: float) -> None:
+    async def _move_to(self, backend: Backend, offset: float) -> None:
+        """Set the clock offset to ``offset`` unless it is there already (an
+        auto-advance may have moved it meanwhile)."""
         for attempt in range(3):
-            offset = await backend.clock_offset()
+            current = await backend.clock_offset()
+            if current >= offset:
+                return
             try:
-                await backend.set_clock_offset(offset + seconds)
+                await backend.set_clock_offset(offset)
                 return
             except ValidationError:
-                if attempt == 2 or await backend.clock_offset() == offset:
+                if attempt == 2 or await backend.clock_offset() == current:
                     raise  # not an auto-advance that moved it meanwhile
 
     def advance(self, duration: Duration, *, timeout: float = 30.0) -> datetime:
         """Move the database clock forward; see `advance_async`."""
         return self._portal.call(self.advance_async, duration, timeout=timeout)
 
+    # ------------------------------------------------------------------ other processes
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """``PERDURE_DATABASE_URL`` and ``PERDURE_SCHEMA`` of the environment's database:
+        add them to the environment of a process the test starts (``perdure worker``,
+        ``perdure serve``, a script whose ``App()`` reads them) and it works on the
+        environment's runs and clock."""
+        return {
+            "PERDURE_DATABASE_URL": self.settings.database_url,
+            "PERDURE_SCHEMA": self.settings.schema,
+        }
+
+    def worker_command(self, app: str, *options: str) -> list[str]:
+        """The command line of a ``perdure worker`` process for ``app`` (``module:attr``)
+        on the environment's database, for `subprocess.Popen`: this Python, the
+        database and schema as options, then ``options`` (``"--concurrency", "2"``).
+        The app module must build its `App` without a database URL of its own (``App()``
+        reads ``PERDURE_DATABASE_URL``), as a deployed one does."""
+        if not isinstance(app, str) or ":" not in app:
+            raise ConfigurationError(
+                f"worker_command takes APP as module:attribute, got {app!r:.80}"
+            )
+        bad = [o for o in options if not isinstance(o, str)]
+        if bad:
+            raise ConfigurationError(f"worker_command options must be strings, got {bad[0]!r:.80}")
+        settings = self.settings
+        return [
+            sys.executable,
+            "-m",
+            "perdure.cli.main",
+            "--database",
+            settings.database_url,
+            "--schema",
+            settings.schema,
+            "worker",
+            app,
+            *options,
+        ]
+
     # ------------------------------------------------------------------ settling
 
     async def _look(self, backend: Backend) -> _Look:
         """What the runs are doing: read due times first, then statuses, so a run
-        claimed between the reads shows as running (never as nothing due)."""
+        claimed between the reads shows as running (never as nothing due). Cron
+        schedules due count while the environment's worker is there to fire them."""
         now = await backend.now()
         pairs = [(d.name, d.version) for d in self._registry.all()]
-        due = await backend.next_wake_at(pairs)
-        return _Look(now, due, _counts(await backend.workflow_summaries()))
+        due = await backend.next_wake_at([*pairs, *self._registry.task_pairs(None)])
+        ticks = len(await backend.due_schedules()) if self._with_worker else 0
+        # A flow's run stays "running" while its tasks (runs of their own) park or run.
+        flows = {flow.name for flow in self._registry.flows()}
+        summaries = [s for s in await backend.workflow_summaries() if s.name not in flows]
+        return _Look(now, due, _counts(summaries), ticks)
 
     async def _settle(self, backend: Backend, timeout: float) -> None:
         """Return once every run is parked or ended, seen twice in a row the same."""
@@ -302,14 +383,19 @@ class TestEnvironment(App):
 
 
 class _Look:
-    """One look at the database: its now, the earliest due time, runs per status."""
+    """One look at the database: its now, the earliest due time, runs per status,
+    and how many cron schedules are due."""
 
-    __slots__ = ("counts", "due", "now")
+    __slots__ = ("counts", "due", "now", "ticks")
 
     def __init__(
-        self, now: datetime, due: datetime | None, counts: tuple[tuple[str, int], ...]
+        self,
+        now: datetime,
+        due: datetime | None,
+        counts: tuple[tuple[str, int], ...],
+        ticks: int = 0,
     ) -> None:
-        self.now, self.due, self.counts = now, due, counts
+        self.now, self.due, self.counts, self.ticks = now, due, counts, ticks
 
     @property
     def running(self) -> int:
@@ -318,7 +404,8 @@ class _Look:
     @property
     def idle(self) -> bool:
         """Nothing running and nothing due: every run is parked or ended."""
-        return self.running == 0 and (self.due is None or self.due > self.now)
+        nothing_due = self.ticks == 0 and (self.due is None or self.due > self.now)
+        return self.running == 0 and nothing_due
 
     def same_as(self, other: _Look) -> bool:
         return self.due == other.due and self.counts == other.counts

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from perdure import App, Context, RetryAfter, WorkflowFailed, current_step
+from perdure import App, Context, RetryAfter, TaskContext, WorkflowFailed, current_step
 from perdure.errors import ConfigurationError, TimeoutError, ValidationError
 from perdure.testing import TestEnvironment
 
@@ -67,6 +67,33 @@ async def seasons(ctx: Context, input: None) -> list[str]:
     return seen
 
 
+@app.workflow
+async def trial_then_reply(ctx: Context, input: None) -> list[str]:
+    await ctx.step.sleep("trial", "30d")
+    got = await ctx.step.wait_for_event("reply", timeout="7d")
+    return ["slept", "no reply" if got is None else "replied"]
+
+
+@app.workflow
+async def ticks(ctx: Context, input: None) -> list[str]:
+    seen = []
+    for day in ("one", "two", "three"):
+        await ctx.step.sleep(f"day-{day}", "1d")
+        seen.append(day)
+    return seen
+
+
+# retries wait base_delay * 2**attempt: 12 hours, then 24
+fetch = app.flow("fetch", max_attempts=3, base_delay=6 * 3600)
+
+
+@fetch.step
+async def page(ctx: TaskContext, input: object) -> str:
+    if ctx.attempt < 3:
+        raise RuntimeError("the site is down")
+    return "fetched"
+
+
 @pytest.fixture(params=BACKENDS)
 def url(request: pytest.FixtureRequest) -> str | None:
     """None: the environment's own SQLite file; else the PostgreSQL server's URL."""
@@ -95,6 +122,55 @@ def test_a_seven_day_sleep_fires_under_advance(env: TestEnvironment) -> None:
     env.advance("1d")
     assert handle.result(timeout=10) == "woke"
     assert timedelta(days=7) <= _ahead(env) < timedelta(days=7, minutes=5)
+
+
+def test_one_advance_walks_a_sleep_then_a_wait_timeout(env: TestEnvironment) -> None:
+    """Temporal's time skipping does this in one: the wait's 7 days count from when
+    the 30-day sleep ends, inside the same advance."""
+    handle = env.start(trial_then_reply)
+    env.advance("37d")
+    assert handle.result(timeout=10) == ["slept", "no reply"]
+    trial, reply = env.get_steps(handle.id)
+    assert trial.completed_at is not None and reply.completed_at is not None
+    # each timer fired at its own due time, in order: the wait ended 7 days after the
+    # sleep did, not at the same jump
+    gap = reply.completed_at - trial.completed_at
+    assert timedelta(days=7) <= gap < timedelta(days=7, minutes=5)
+    assert timedelta(days=37) <= _ahead(env) < timedelta(days=37, minutes=5)
+
+
+def test_each_run_sees_its_timers_fire_in_order_within_one_advance(
+    env: TestEnvironment,
+) -> None:
+    early, late = env.start(ticks), env.start(ticks)
+    env.advance("2d")  # two of three days: both runs are between their 2nd and 3rd sleep
+    for handle in (early, late):
+        assert env.get_run(handle.id).status == "waiting"
+        assert [s.name for s in env.get_steps(handle.id)] == ["day-one", "day-two", "day-three"]
+    env.advance("1d")
+    assert early.result(timeout=10) == late.result(timeout=10) == ["one", "two", "three"]
+
+
+@app.workflow
+async def monthly(ctx: Context, input: object) -> str:
+    return await ctx.step.run("report", lambda: "sent")
+
+
+def test_a_flow_tasks_backoffs_are_stops_of_the_walk(env: TestEnvironment) -> None:
+    """The task retries 12 hours in, fails again, and retries 24 hours after that: 36
+    hours, within one advance of 37 (the flow's own run stays "running" meanwhile)."""
+    handle = env.start(fetch, {})
+    env.advance("37h")
+    assert handle.result(timeout=10) == {"page": "fetched"}
+    [step] = env.get_steps(handle.id)
+    assert step.attempts == 3
+
+
+def test_advance_returns_once_the_cron_tick_it_makes_due_has_run(env: TestEnvironment) -> None:
+    env.schedule("monthly", monthly, "0 0 1 * *")  # never due before the clock moves
+    env.advance("32d")  # past a 1st of the month; the worker fires it, advance waits
+    [run] = env.list_runs(workflow="monthly").items
+    assert run.status == "completed" and run.output == "sent"
 
 
 def test_a_three_day_event_timeout_passes_under_advance(env: TestEnvironment) -> None:
@@ -195,6 +271,12 @@ def test_a_bad_duration_is_refused_and_the_clock_stays() -> None:
             with pytest.raises(ValidationError):
                 env.advance(bad)  # type: ignore[arg-type]
         assert _ahead(env) - before < timedelta(minutes=5)
+        env.advance("36000d")
+        handle = env.start(nap)
+        with pytest.raises(ValidationError, match="more than 100 years"):
+            env.advance("600d")  # refused before the walk's first stop (the nap's)
+        assert env.get_run(handle.id).status in ("pending", "running", "waiting")
+        assert _ahead(env) - before < timedelta(days=36000, minutes=5)
 
 
 def test_advance_says_when_runs_do_not_settle() -> None:

@@ -34,7 +34,7 @@ def options(request: pytest.FixtureRequest) -> list[str]:
 def test_the_docs_example_runs_through_the_fixture(
     pytester: pytest.Pytester, options: list[str]
 ) -> None:
-    example, standalone = _docs_blocks()
+    example, standalone, _processes = _docs_blocks()
     pytester.makepyfile(test_onboarding=example)
     pytester.makepyfile(
         test_standalone="from test_onboarding import app, onboard\n"
@@ -44,6 +44,23 @@ def test_the_docs_example_runs_through_the_fixture(
     )
     result = pytester.runpytest_subprocess(*options, timeout=150)
     result.assert_outcomes(passed=6)
+
+
+def test_the_docs_worker_process_example_runs(
+    pytester: pytest.Pytester, options: list[str]
+) -> None:
+    *_, example = _docs_blocks()
+    package = pytester.mkpydir("myproject")
+    (package / "workflows.py").write_text(
+        "from perdure import App, Context\n\n"
+        "app = App()\n\n\n"
+        "@app.workflow\n"
+        "async def report(ctx: Context, input: object) -> str:\n"
+        "    return await ctx.step.run('send', lambda: 'sent')\n"
+    )
+    pytester.makepyfile(test_nightly=example)
+    result = pytester.runpytest_subprocess(*options, timeout=150)
+    result.assert_outcomes(passed=1)
 
 
 def test_the_fixture_runs_where_it_is_told(pytester: pytest.Pytester, options: list[str]) -> None:
