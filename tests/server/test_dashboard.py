@@ -162,7 +162,9 @@ def test_a_run_page_shows_its_timeline_and_data_escaped(
     assert "event approve" in page.locator(".facts").inner_text()
     labels = page.locator(".gantt .label").all_inner_texts()
     assert labels == ["reserve", "charge", "cool-off", "waiting (event)"]
-    assert page.locator(".gantt rect.bar").count() == 4
+    # one segment per attempt: the charge that failed once has two
+    assert page.locator(".gantt rect.bar").count() == 5
+    assert page.locator(".gantt g.row[data-step=charge] rect.bar").count() == 2
     assert "2 attempts" in page.locator(".gantt .times").inner_text()
     # the input holds a <script>: shown as text, never run
     assert "<script>alert('x')</script>" in page.locator("pre.json").first.inner_text()

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ...attempts import attempts_of, frames_of
 from ...describe import is_flow_run, waits_for
 from ...durations import moment
 from ...errors import PerdureError, ValidationError
@@ -42,7 +43,15 @@ templates = Environment(
 templates.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
 templates.filters["compact"] = lambda value: json.dumps(value, ensure_ascii=False)
 templates.filters["when"] = lambda value: (
-    "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+)
+templates.filters["exact"] = lambda value: "" if value is None else value.isoformat()
+templates.filters["frames"] = lambda text: frames_of(text) if isinstance(text, str) else []
+templates.filters["untraced"] = lambda error: _untraced(error)
+templates.filters["took"] = lambda run: (
+    ""
+    if run.completed_at is None
+    else duration_text((run.completed_at - run.created_at).total_seconds())
 )
 templates.filters["ago"] = lambda value: _ago(value)
 
@@ -66,6 +75,13 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     if fresh:
         keep_session(answer, request, session)
     return answer
+
+
+def _untraced(error: Any) -> Any:
+    """A stored error without its tracebacks (they are shown formatted)."""
+    if not isinstance(error, dict):
+        return error
+    return {k: _untraced(v) for k, v in error.items() if k != "traceback"}
 
 
 def _ago(value: datetime | None) -> str:
@@ -142,9 +158,15 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
 
 
 async def run_view(
-    request: Request, run_id: str, *, error: str | None = None, status: int = 200
+    request: Request,
+    run_id: str,
+    *,
+    error: str | None = None,
+    status: int = 200,
+    typed: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    """The run page of ``run_id``, with ``error`` (an action refused) if given."""
+    """The run page of ``run_id``, with ``error`` (an action refused) if given, and the
+    fields of the refused form as they were ``typed``."""
     app = app_of(request)
     try:
         run = await app.get_run_async(run_id)
@@ -173,9 +195,11 @@ async def run_view(
         events=events,
         children=children,
         values=values,
-        timeline=layout(run, steps, now, _parked(run, events)),
+        timeline=layout(run, steps, now, _parked(run, events), events),
+        attempts={s.name: attempts_of(s, events) for s in steps},
         waiting_for=waits_for(run, events),
         error=error,
+        typed=typed or {},
         status=status,
         live=not run.done and error is None,
     )
