@@ -425,6 +425,8 @@ def list_runs_params(params: ListRunsParams, limit: int) -> dict[str, Any]:
         "until": params.until,
         "input_match": params.input_match_json,
         "parent_id": params.parent_id,
+        "top_level": params.top_level,
+        "idempotency_key": params.idempotency_key,
         "after_at": after_at,
         "after_id": after_id,
         "limit": limit,
