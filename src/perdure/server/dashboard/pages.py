@@ -97,58 +97,117 @@ async def overview(request: Request) -> HTMLResponse:
     app = app_of(request)
     workflows = await app.list_workflows_async()
     workers = await app.list_workers_async("1m")
-    return render(request, "overview.html", workflows=workflows, workers=workers, live=True)
+    flows = {w.name for w in workflows if await app.get_flow_async(w.name) is not None}
+    return render(
+        request, "overview.html", workflows=workflows, workers=workers, flows=flows, live=True
+    )
 
 
 @router.get("/runs", response_class=HTMLResponse)
 async def runs(
     request: Request,
+    q: str = "",
     workflow: str = "",
     status: str = "",
     since: str = "",
     until: str = "",
     input: str = "",
+    children: str = "",
     cursor: str = "",
 ) -> HTMLResponse:
-    """Runs filtered by workflow, status, time and input, newest first, with paging."""
+    """Runs filtered by workflow, status, time and input, newest first, with paging:
+    top-level runs with a count of their children unless ``children`` asks for all;
+    ``q`` finds a run by its id, its idempotency key or an input match."""
     app = app_of(request)
     filters = {
+        "q": q,
         "workflow": workflow,
         "status": status,
         "since": since,
         "until": until,
         "input": input,
+        "children": "1" if children else "",
     }
-    error = None
+    found, errors = await _search(app, q.strip()) if q.strip() else (None, [])
     page = None
-    try:
-        page = await app.list_runs_async(
-            workflow or None,
-            status=status or None,
-            since=_moment(since, "since"),
-            until=_moment(until, "until"),
-            input_match=json_value(input, "input") if input else None,
-            cursor=cursor or None,
-            limit=50,
-        )
-    except ValidationError as exc:
-        error = str(exc)
+    if found is None:
+        query, errors = _list_filters(filters)
+        if not errors:
+            try:
+                page = await app.list_runs_async(
+                    workflow or None, cursor=cursor or None, limit=50, **query
+                )
+            except ValidationError as exc:
+                errors = [str(exc)]
+    items = found if found is not None else [] if page is None else page.items
+    counts = await app.count_children_async([r.id for r in items]) if items else {}
     names = [w.name for w in await app.list_workflows_async()]
     following = None
     if page is not None and page.next_cursor:
         following = "/runs?" + urlencode({**_kept(filters), "cursor": page.next_cursor})
+    now = await app.now_async()
     return render(
         request,
         "runs.html",
-        status=422 if error else 200,
-        runs=[] if page is None else [app.redaction.record(r) for r in page.items],
+        status=422 if errors else 200,
+        runs=[app.redaction.record(r) for r in items],
+        counts=counts,
+        took={
+            r.id: duration_text(((r.completed_at or now) - r.created_at).total_seconds())
+            for r in items
+        },
         filters=filters,
         names=names,
-        error=error,
+        errors=errors,
+        searched=found is not None,
         following=following,
         first=("/runs?" + urlencode(_kept(filters))) if cursor else None,
         live=not cursor,
     )
+
+
+def _list_filters(filters: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The `list_runs` arguments of the filter form, and every error in it (each field
+    checked on its own, so all of them are listed at once)."""
+    query: dict[str, Any] = {"top_level": not filters["children"]}
+    errors: list[str] = []
+    if filters["status"] and filters["status"] not in RUN_STATUSES:
+        errors.append(f"status must be one of {', '.join(RUN_STATUSES)}")
+    else:
+        query["status"] = filters["status"] or None
+    for name in ("since", "until"):
+        try:
+            query[name] = _moment(filters[name], name)
+        except ValidationError as exc:
+            errors.append(str(exc))
+    try:
+        query["input_match"] = json_value(filters["input"], "input") if filters["input"] else None
+    except ValidationError as exc:
+        errors.append(str(exc))
+    return query, errors
+
+
+async def _search(app: Any, text: str) -> tuple[list[Run], list[str]]:
+    """The runs ``text`` names: the run with that id, the runs started with that
+    idempotency key, and, for JSON, the runs whose input contains it."""
+    found: dict[str, Run] = {}
+    try:
+        found[text] = await app.get_run_async(text)
+    except PerdureError:
+        pass
+    try:
+        for run in (await app.list_runs_async(idempotency_key=text, limit=50)).items:
+            found.setdefault(run.id, run)
+    except ValidationError:
+        pass  # no idempotency key can be this text
+    if text[:1] in '{["':
+        try:
+            match = json_value(text, "search")
+            for run in (await app.list_runs_async(input_match=match, limit=50)).items:
+                found.setdefault(run.id, run)
+        except ValidationError as exc:
+            return list(found.values()), [str(exc)]
+    return list(found.values()), []
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -185,7 +244,11 @@ async def run_view(
     run, values = shown.record(run), shown.values(values)
     steps = [shown.record(s) for s in steps]
     events = [shown.record(e) for e in events]
-    children = [shown.record(c) for c in children]
+    order = {step.name: i for i, step in enumerate(steps)}
+    children = sorted(
+        (shown.record(c) for c in children),
+        key=lambda c: (order.get(c.parent_step or "", len(order)), c.created_at, c.id),
+    )
     return render(
         request,
         "run.html",
