@@ -4,6 +4,7 @@ form keeps what was typed. Screenshots go to build/screenshots/."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,54 @@ def test_a_bad_json_signal_is_an_error_notice_and_the_form_keeps_what_was_typed(
     assert "error" in (late.get_attribute("class") or "")
     color = late.evaluate("e => getComputedStyle(e).backgroundColor")
     assert color == "rgb(253, 236, 234)", color  # the error box, not the green one
+
+
+def test_a_30_second_backoff_leaves_every_attempt_visible_on_the_timeline(
+    tmp_path: Path,
+) -> None:
+    """The test clock moves past the backoff (no real waiting); the page is served by a
+    real `perdure serve` on the same SQLite file, so it reads the same moved clock."""
+    from types import SimpleNamespace
+
+    from perdure import App, Context, RetryPolicy
+    from perdure.testing import TestEnvironment
+
+    sync_playwright = _browser_or_fail()
+    app = App()
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionError("the gateway timed out")
+        return "ok"
+
+    @app.workflow
+    async def slow_retry(ctx: Context, _: object) -> str:
+        await ctx.step.run("first", lambda: "one")
+        retry = RetryPolicy(max_attempts=2, initial=30, jitter=0)
+        return await ctx.step.run("flaky", flaky, retry=retry)
+
+    url = f"sqlite:///{tmp_path / 'clock.db'}"
+    with TestEnvironment(app, database_url=url) as env:
+        handle = env.start(slow_retry)
+        wait_for(lambda: env.get_run(handle.id).status == "waiting", 20)
+        env.advance("31s")
+        assert handle.result(timeout=20) == "ok"
+        database = SimpleNamespace(url=url, schema="perdure")
+        with server(environment(database, tmp_path), tmp_path) as http, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.goto(f"{http.base}/runs/{handle.id}")
+            segments = tab.locator(".gantt g.row[data-step=flaky] rect.bar")
+            assert segments.count() == 2
+            boxes = [segments.nth(i).bounding_box() for i in range(2)]
+            assert all(box["width"] >= 4 for box in boxes), boxes
+            assert boxes[0]["x"] + boxes[0]["width"] <= boxes[1]["x"]  # apart, in order
+            first = tab.locator(".gantt g.row[data-step=first] rect.bar").bounding_box()
+            assert first["width"] >= 4
+            # the backoff is compressed and labelled with its real length
+            labels = " ".join(tab.locator(".gantt .gap-label").all_text_contents())
+            assert re.search(r"3\d\.\d s", labels), labels  # 30 s, and the advance's extra
+            _shot(tab, "run-30s-backoff")
+            browser.close()

@@ -64,9 +64,11 @@ def test_children_are_hidden_and_counted_and_search_finds_by_id_and_key(  # type
         assert rows.count() == 6
         parents = [p.strip() for p in tab.locator("table.runs td.parent").all_inner_texts()]
         assert sorted(p for p in parents if p) == sorted([fan_id] * 2 + [other] * 2)
-        leaf_id = tab.locator("table.runs tbody tr", has_text="leaf").first.locator(
-            "td a"
-        ).first.inner_text()
+        leaf_id = (
+            tab.locator("table.runs tbody tr", has_text="leaf")
+            .first.locator("td a")
+            .first.inner_text()
+        )
         _shot(tab, "runs-with-children")
 
         tab.fill("input[name=q]", leaf_id)
