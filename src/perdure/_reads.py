@@ -69,6 +69,7 @@ class Reads(ClientBase):
         parent_id: str | None = None,
         top_level: bool = False,
         idempotency_key: str | None = None,
+        include_tasks: bool = False,
     ) -> Page[Run]:
         """Runs, newest first, filtered; pass ``page.next_cursor`` back for the next page.
 
@@ -85,6 +86,7 @@ class Reads(ClientBase):
             parent_id: only the children of this run.
             top_level: only runs started by no other run (no children).
             idempotency_key: only the run(s) started with this idempotency key.
+            include_tasks: list a DAG flow's tasks too (else only with ``parent_id``).
         """
         if status is not None and status not in RUN_STATUSES:
             raise ValidationError(
@@ -116,6 +118,7 @@ class Reads(ClientBase):
             cursor=cursor,
             top_level=bool(top_level),
             idempotency_key=idempotency_key,
+            include_tasks=bool(include_tasks),
         )
         return await (await self._backend()).list_runs(params)
 
@@ -145,6 +148,7 @@ class Reads(ClientBase):
         parent_id: str | None = None,
         top_level: bool = False,
         idempotency_key: str | None = None,
+        include_tasks: bool = False,
     ) -> Page[Run]:
         """Runs, newest first, filtered; see `list_runs_async`."""
         return self._portal.call(
@@ -159,6 +163,7 @@ class Reads(ClientBase):
             parent_id,
             top_level,
             idempotency_key,
+            include_tasks,
         )
 
     async def _rows_of_run(

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from perdure.backends.base import Backend
+from perdure.flows.definition import FlowShape, StepShape
 from perdure.records import ListRunsParams
 
-from .helpers import create
+from .helpers import create, new_run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,3 +41,12 @@ async def test_a_run_is_found_by_its_idempotency_key_in_any_workflow(backend: Ba
     assert await _ids(backend, idempotency_key="order-42") == [keyed.id]
     assert await _ids(backend, idempotency_key="order-43") == []
     assert await _ids(backend, idempotency_key="order-42", workflow="a") == []
+
+
+async def test_a_flows_tasks_are_listed_only_when_asked(backend: Backend) -> None:
+    await backend.register_flows([FlowShape("one", steps=(StepShape("only"),))])
+    flow = (await backend.start_flow(new_run("one", version=None, input=1))).run
+    [task] = (await backend.list_runs(ListRunsParams(parent_id=flow.id))).items
+    assert task.id not in await _ids(backend)
+    assert task.id in await _ids(backend, include_tasks=True)
+    assert await _ids(backend, include_tasks=True, top_level=True) == [flow.id]

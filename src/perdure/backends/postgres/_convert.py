@@ -426,6 +426,7 @@ def list_runs_params(params: ListRunsParams, limit: int) -> dict[str, Any]:
         "input_match": params.input_match_json,
         "parent_id": params.parent_id,
         "top_level": params.top_level,
+        "include_tasks": params.include_tasks,
         "idempotency_key": params.idempotency_key,
         "after_at": after_at,
         "after_id": after_id,

@@ -53,6 +53,7 @@ def list_runs(s: Session, params: ListRunsParams) -> Page[Run]:
         "parent_id": params.parent_id,
         "input_match": params.input_match_json,
         "top_level": 1 if params.top_level else 0,
+        "include_tasks": 1 if params.include_tasks else 0,
         "idempotency_key": params.idempotency_key,
         "limit": limit + 1,
     }

@@ -169,7 +169,8 @@ async def runs(
 def _list_filters(filters: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     """The `list_runs` arguments of the filter form, and every error in it (each field
     checked on its own, so all of them are listed at once)."""
-    query: dict[str, Any] = {"top_level": not filters["children"]}
+    every = bool(filters["children"])  # children and a flow's tasks too
+    query: dict[str, Any] = {"top_level": not every, "include_tasks": every}
     errors: list[str] = []
     if filters["status"] and filters["status"] not in RUN_STATUSES:
         errors.append(f"status must be one of {', '.join(RUN_STATUSES)}")

@@ -289,7 +289,8 @@ WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
   AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s::timestamptz)
   AND (%(input_match)s::jsonb IS NULL OR r.input @> %(input_match)s::jsonb)
   AND (%(parent_id)s::text IS NULL OR r.parent_id = %(parent_id)s::text)
-  AND (r.kind <> 'task' OR %(parent_id)s::text IS NOT NULL)  -- tasks: under their flow run
+  AND (r.kind <> 'task' OR %(parent_id)s::text IS NOT NULL  -- tasks: under their flow run
+       OR %(include_tasks)s::boolean)
   AND (NOT %(top_level)s::boolean OR r.parent_id IS NULL)
   AND (%(idempotency_key)s::text IS NULL OR r.idempotency_key = %(idempotency_key)s::text)
   AND (%(after_at)s::timestamptz IS NULL

@@ -89,7 +89,7 @@ AND (:status IS NULL OR status = :status)
 AND (:since IS NULL OR created_at >= :since)
 AND (:until IS NULL OR created_at < :until)
 AND (:parent_id IS NULL OR parent_id = :parent_id)
-AND (kind <> 'task' OR :parent_id IS NOT NULL)  -- a flow's tasks: only under their run
+AND (kind <> 'task' OR :parent_id IS NOT NULL OR :include_tasks = 1)  -- a flow's tasks: under their run
 AND (:input_match IS NULL OR json_contains(input, :input_match))
 AND (:top_level = 0 OR parent_id IS NULL)
 AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
