@@ -226,6 +226,9 @@ class CodecBackend(Backend):
         run = await self.inner.get_run(run_id)
         return None if run is None else self._run(run)
 
+    async def count_children(self, run_ids: Sequence[str]) -> dict[str, int]:
+        return await self.inner.count_children(run_ids)  # ids only: nothing sealed
+
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
         if params.input_match_json is not None:
             check_match(self.codec, json.loads(params.input_match_json), what="input_match")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -67,6 +67,9 @@ class Reads(ClientBase):
         limit: int = 50,
         cursor: str | None = None,
         parent_id: str | None = None,
+        top_level: bool = False,
+        idempotency_key: str | None = None,
+        include_tasks: bool = False,
     ) -> Page[Run]:
         """Runs, newest first, filtered; pass ``page.next_cursor`` back for the next page.
 
@@ -81,6 +84,9 @@ class Reads(ClientBase):
             limit: page size, 1-1000.
             cursor: from a previous page.
             parent_id: only the children of this run.
+            top_level: only runs started by no other run (no children).
+            idempotency_key: only the run(s) started with this idempotency key.
+            include_tasks: list a DAG flow's tasks too (else only with ``parent_id``).
         """
         if status is not None and status not in RUN_STATUSES:
             raise ValidationError(
@@ -97,6 +103,8 @@ class Reads(ClientBase):
             )
         if parent_id is not None:
             check_key(parent_id, "parent_id")
+        if idempotency_key is not None:
+            check_key(idempotency_key, "idempotency_key")
         params = ListRunsParams(
             workflow=None if workflow is None else workflow_name(workflow),
             status=status,
@@ -108,8 +116,25 @@ class Reads(ClientBase):
             parent_id=parent_id,
             limit=limit,
             cursor=cursor,
+            top_level=bool(top_level),
+            idempotency_key=idempotency_key,
+            include_tasks=bool(include_tasks),
         )
         return await (await self._backend()).list_runs(params)
+
+    async def count_children_async(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many child runs (flow tasks included) each of ``run_ids`` has; a run
+        with none is left out. At most 1000 ids."""
+        ids = list(run_ids)
+        if len(ids) > 1000:
+            raise ValidationError(f"count_children takes at most 1000 run ids, got {len(ids)}")
+        for run_id in ids:
+            check_key(run_id, "run_id")
+        return await (await self._backend()).count_children(ids)
+
+    def count_children(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many child runs each of ``run_ids`` has; see `count_children_async`."""
+        return self._portal.call(self.count_children_async, run_ids)
 
     def list_runs(
         self,
@@ -121,6 +146,9 @@ class Reads(ClientBase):
         limit: int = 50,
         cursor: str | None = None,
         parent_id: str | None = None,
+        top_level: bool = False,
+        idempotency_key: str | None = None,
+        include_tasks: bool = False,
     ) -> Page[Run]:
         """Runs, newest first, filtered; see `list_runs_async`."""
         return self._portal.call(
@@ -133,6 +161,9 @@ class Reads(ClientBase):
             limit,
             cursor,
             parent_id,
+            top_level,
+            idempotency_key,
+            include_tasks,
         )
 
     async def _rows_of_run(

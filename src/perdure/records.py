@@ -510,6 +510,9 @@ class ListRunsParams:
     parent_id: str | None = None
     limit: int = 50
     cursor: str | None = None
+    top_level: bool = False  # only runs without a parent
+    idempotency_key: str | None = None  # of any workflow
+    include_tasks: bool = False  # a flow's tasks too (else only with parent_id)
 
 
 SignalOutcome = Literal["resolved", "buffered", "ended"]

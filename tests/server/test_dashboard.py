@@ -150,7 +150,14 @@ def test_runs_are_filtered_by_status_and_input_and_link_to_their_page(page: Any)
     _shot(page, "runs")
     page.fill("input[name=since]", "yesterday-ish")
     page.click("button[type=submit]")
-    assert "since must be an ISO 8601 time" in page.locator("p.error").inner_text()
+    assert "since must be an ISO 8601 time" in page.locator("ul.errors").inner_text()
+    # every bad filter is listed, not only the first
+    page.fill("input[name=until]", "nope")
+    page.fill("input[name=input]", "{not json")
+    page.click("button[type=submit]")
+    errors = page.locator("ul.errors li").all_inner_texts()
+    assert len(errors) == 3, errors
+    assert "until" in errors[1] and "input is not valid JSON" in errors[2]
 
 
 def test_a_run_page_shows_its_timeline_and_data_escaped(
@@ -162,7 +169,9 @@ def test_a_run_page_shows_its_timeline_and_data_escaped(
     assert "event approve" in page.locator(".facts").inner_text()
     labels = page.locator(".gantt .label").all_inner_texts()
     assert labels == ["reserve", "charge", "cool-off", "waiting (event)"]
-    assert page.locator(".gantt rect.bar").count() == 4
+    # one segment per attempt: the charge that failed once has two
+    assert page.locator(".gantt rect.bar").count() == 5
+    assert page.locator(".gantt g.row[data-step=charge] rect.bar").count() == 2
     assert "2 attempts" in page.locator(".gantt .times").inner_text()
     # the input holds a <script>: shown as text, never run
     assert "<script>alert('x')</script>" in page.locator("pre.json").first.inner_text()

@@ -51,6 +51,11 @@ def test_a_flow_and_its_run_are_drawn_as_a_dag(sqlite_database, tmp_path: Path) 
             _shot(page, "flow-run")
             page.click("#flow-shape")
             page.wait_for_url("**/flows/report?version=1")
+            # the workflows page links a flow to its shape
+            page.goto(http.base + "/")
+            page.locator("table.grid tr", has_text="report").locator("a.flow-shape").click()
+            page.wait_for_url("**/flows/report")
+            assert page.locator(".dag g.node").count() == 3
             # A failed flow run is retried from its page once the fix is deployed.
             failed = http.post("/v1/workflows/report/runs", {"input": "bug"}).body["runId"]
             failed_path = f"/v1/workflows/report/runs/{failed}"

@@ -292,6 +292,11 @@ class Backend(abc.ABC):
         """The run, or None."""
 
     @abc.abstractmethod
+    async def count_children(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many child runs (flow tasks included) each of ``run_ids`` has; a run
+        without children is left out."""
+
+    @abc.abstractmethod
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
         """Runs matching the filters, at most ``params.limit``, newest first by the
         database's ``created_at`` with the id breaking ties; ``params.cursor`` (the

@@ -11,6 +11,7 @@ import click
 from rich.text import Text
 
 from ..app import App
+from ..attempts import attempts_of
 from ..describe import is_flow_run, waits_for
 from ..records import Event, Run, Step
 from ..replay import export_run
@@ -112,11 +113,24 @@ def runs_list(
 
 @runs.command("show")
 @click.argument("run_id")
+@click.option(
+    "--traceback/--no-traceback",
+    "with_traceback",
+    default=True,
+    show_default=True,
+    help="Print a failed run's traceback under its error.",
+)
+@click.option("--attempts", "each_attempt", is_flag=True, help="Print every attempt of each step.")
 @json_option
 @click.pass_context
-def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+def runs_show(
+    ctx: click.Context, run_id: str, with_traceback: bool, each_attempt: bool, as_json: bool
+) -> None:
     """Show one run: its timeline with durations, each failed attempt's error, what it
-    waits for, and its parent and children."""
+    waits for, and its parent and children; a failed run's error with its traceback.
+
+    In the timeline, ``at`` is when a step's first attempt started and ``took`` the
+    total from there to its end, the last attempt's own time beside it."""
     app = client(ctx, read_only=True)
     shown = app.redaction  # the configured keys masked
     run = shown.record(app.get_run(run_id))
@@ -140,7 +154,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         _print_flow_steps(run, steps)
         return
     _print_header(run, events, children)
-    _print_timeline(run, steps, events)
+    _print_timeline(run, steps, events, each_attempt)
+    if with_traceback:
+        _print_traceback(run)
 
 
 def _children(app: App, run_id: str) -> list[Run]:
@@ -179,33 +195,55 @@ def _print_header(run: Run, events: list[Event], children: list[Run]) -> None:
         console.print(f"output: {literal(run.output)}")
     if run.error:
         console.print(f"error:  {run.error.get('type')}: {run.error.get('message')}")
+        cause = _cause(run.error)
+        if cause is not run.error:
+            console.print(f"cause:  {cause.get('type')}: {cause.get('message')}")
 
 
-def _print_timeline(run: Run, steps: list[Step], events: list[Event]) -> None:
-    failures: dict[str, list[str]] = {}
-    for event in events:
-        data = event.data if isinstance(event.data, dict) else {}
-        if event.type in ("step_retrying", "step_failed") and "step" in data:
-            error = data.get("error") or {}
-            line = (
-                f"attempt {data.get('attempt')} failed: {error.get('type')}: {error.get('message')}"
-            )
-            if event.type == "step_retrying":
-                line += f" (retried after {data.get('delay')}s)"
-            failures.setdefault(str(data["step"]), []).append(line)
+def _cause(error: dict[str, Any]) -> dict[str, Any]:
+    """What a step failure wraps (the user's exception), else the error itself."""
+    cause = error.get("cause")
+    return cause if isinstance(cause, dict) else error
+
+
+def _print_traceback(run: Run) -> None:
+    if not isinstance(run.error, dict):
+        return
+    text = _cause(run.error).get("traceback") or run.error.get("traceback")
+    if isinstance(text, str) and text.strip():
+        console.print("")
+        console.print(text.rstrip("\n"))
+
+
+def _print_timeline(run: Run, steps: list[Step], events: list[Event], each: bool) -> None:
     grid = table("at", "took", "step", "kind", "status", "attempts")
     for step in steps:
-        at = "-" if step.started_at is None else f"+{_took(run.created_at, step.started_at)}"
-        grid.add_row(
-            at,
-            _took(step.started_at, step.completed_at),
-            step.name,
-            step.kind,
-            step.status,
-            str(step.attempts),
-        )
-        for line in failures.get(step.name, []):
-            grid.add_row("", "", f"  {line}", "", "", "")
+        tries = attempts_of(step, events)
+        first = next((a.started_at for a in tries if a.started_at is not None), None)
+        first = first or step.started_at
+        took = _took(first, step.completed_at)
+        if len(tries) > 1:
+            took += f" (last {_took(tries[-1].started_at, tries[-1].ended_at)})"
+        at = "-" if first is None else f"+{_took(run.created_at, first)}"
+        grid.add_row(at, took, step.name, step.kind, step.status, str(step.attempts))
+        for attempt in tries:
+            if not each and attempt.error is None:
+                continue
+            error = attempt.error or {}
+            line = f"attempt {attempt.number} {attempt.status}"
+            if attempt.error is not None:
+                line += f": {error.get('type')}: {error.get('message')}"
+            if attempt.delay is not None:
+                line += f" (retried after {attempt.delay}s)"
+            start = attempt.started_at
+            grid.add_row(
+                "" if start is None else f"+{_took(run.created_at, start)}",
+                _took(start, attempt.ended_at) if each else "",
+                f"  {line}",
+                "",
+                "",
+                "",
+            )
     console.print(grid)
 
 

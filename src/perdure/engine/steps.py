@@ -199,6 +199,7 @@ class PassSteps(WaitingSteps):
                 "step": key,
                 "attempt": attempt,
                 "delay": round(delay, 3),
+                "started": started.isoformat(),  # each attempt's own span, for people
                 "error": brief_error(error),
             },
         )

@@ -268,6 +268,12 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         cursor = None if last is None else encode_cursor(last.created_at.isoformat(), last.id)
         return Page(items=items, next_cursor=cursor)
 
+    async def count_children(self, run_ids: Sequence[str]) -> dict[str, int]:
+        if not run_ids:
+            return {}
+        rows = await self._db.all(QUERIES["count_children"], {"ids": list(run_ids)})
+        return {parent: int(children) for parent, children in rows}
+
     async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         if not include_superseded:
             rows = await self._db.all(QUERIES["get_steps"], {"run_id": run_id})

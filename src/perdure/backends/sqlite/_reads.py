@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from ...errors import ValidationError
 from ...records import (
     RUN_STATUSES,
@@ -18,6 +21,11 @@ from ._convert import micro, to_event, to_run, to_step, to_ts, to_worker
 from ._session import QUERIES, Session
 
 _FIRST_PAGE = (float("inf"), "")  # a position after every run: the first page's bound
+
+
+def count_children(s: Session, run_ids: Sequence[str]) -> dict[str, int]:
+    rows = s.all(QUERIES["count_children"], {"ids": json.dumps(list(run_ids))})
+    return {row["parent_id"]: int(row["children"]) for row in rows}
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
@@ -44,6 +52,9 @@ def list_runs(s: Session, params: ListRunsParams) -> Page[Run]:
         "until": None if params.until is None else to_ts(params.until),
         "parent_id": params.parent_id,
         "input_match": params.input_match_json,
+        "top_level": 1 if params.top_level else 0,
+        "include_tasks": 1 if params.include_tasks else 0,
+        "idempotency_key": params.idempotency_key,
         "limit": limit + 1,
     }
     if params.workflow is None:

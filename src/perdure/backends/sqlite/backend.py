@@ -383,6 +383,9 @@ class SQLiteBackend(Backend):
     async def list_runs(self, params: ListRunsParams) -> Page[Run]:
         return await self._call(_reads.list_runs, params)
 
+    async def count_children(self, run_ids: Sequence[str]) -> dict[str, int]:
+        return await self._call(_reads.count_children, run_ids) if run_ids else {}
+
     async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         if include_superseded:
             return await self._call(_operations.get_steps_with_superseded, run_id)

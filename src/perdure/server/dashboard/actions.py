@@ -43,7 +43,8 @@ async def signal(request: Request, run_id: str) -> Response:
         value = json_value(payload, "payload") if payload.strip() else None
         delivered = await app_of(request).signal_async(run_id, event, value)
     except ValidationError as exc:
-        return await run_view(request, run_id, error=f"not sent: {exc}", status=422)
+        typed = {"event": event, "payload": payload}
+        return await run_view(request, run_id, error=f"not sent: {exc}", status=422, typed=typed)
     return notice_to(_page(run_id), "signal-sent" if delivered else "signal-late")
 
 

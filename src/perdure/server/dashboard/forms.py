@@ -5,6 +5,7 @@ the address."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import Request
@@ -17,6 +18,7 @@ __all__ = [
     "MAX_FIELDS",
     "NOTICES",
     "SECURITY_HEADERS",
+    "Notice",
     "keep_session",
     "notice_to",
     "posted",
@@ -35,19 +37,30 @@ SECURITY_HEADERS = {
 }
 #: A form with more fields than this answers 400.
 MAX_FIELDS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A fixed notice: its text, and whether it says something went wrong (then it is
+    shown as an error)."""
+
+    text: str
+    error: bool = False
+
+
 #: The notices a page shows after an action, by the code in its ``?notice=``.
 NOTICES = {
-    "cancelled": "Cancelled.",
-    "cancelling": "Cancelling after its rollbacks.",
-    "already-ended": "Not cancelled: the run had already ended.",
-    "signal-sent": "Signal sent.",
-    "signal-late": "Not sent: the run has ended.",
-    "retried": "Retried.",
-    "forked": "Forked: this is the new run.",
-    "schedule-paused": "Schedule paused.",
-    "schedule-resumed": "Schedule resumed.",
-    "schedule-deleted": "Schedule deleted.",
-    "signed-out": "Signed out.",
+    "cancelled": Notice("Cancelled."),
+    "cancelling": Notice("Cancelling after its rollbacks."),
+    "already-ended": Notice("Not cancelled: the run had already ended.", error=True),
+    "signal-sent": Notice("Signal sent."),
+    "signal-late": Notice("Not sent: the run has ended.", error=True),
+    "retried": Notice("Retried."),
+    "forked": Notice("Forked: this is the new run."),
+    "schedule-paused": Notice("Schedule paused."),
+    "schedule-resumed": Notice("Schedule resumed."),
+    "schedule-deleted": Notice("Schedule deleted."),
+    "signed-out": Notice("Signed out."),
 }
 
 

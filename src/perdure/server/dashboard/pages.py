@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ...attempts import attempts_of, frames_of
 from ...describe import is_flow_run, waits_for
 from ...durations import moment
 from ...errors import PerdureError, ValidationError
@@ -42,7 +43,15 @@ templates = Environment(
 templates.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
 templates.filters["compact"] = lambda value: json.dumps(value, ensure_ascii=False)
 templates.filters["when"] = lambda value: (
-    "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+)
+templates.filters["exact"] = lambda value: "" if value is None else value.isoformat()
+templates.filters["frames"] = lambda text: frames_of(text) if isinstance(text, str) else []
+templates.filters["untraced"] = lambda error: _untraced(error)
+templates.filters["took"] = lambda run: (
+    ""
+    if run.completed_at is None
+    else duration_text((run.completed_at - run.created_at).total_seconds())
 )
 templates.filters["ago"] = lambda value: _ago(value)
 
@@ -68,6 +77,13 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     return answer
 
 
+def _untraced(error: Any) -> Any:
+    """A stored error without its tracebacks (they are shown formatted)."""
+    if not isinstance(error, dict):
+        return error
+    return {k: _untraced(v) for k, v in error.items() if k != "traceback"}
+
+
 def _ago(value: datetime | None) -> str:
     if value is None:
         return ""
@@ -81,58 +97,118 @@ async def overview(request: Request) -> HTMLResponse:
     app = app_of(request)
     workflows = await app.list_workflows_async()
     workers = await app.list_workers_async("1m")
-    return render(request, "overview.html", workflows=workflows, workers=workers, live=True)
+    flows = {w.name for w in workflows if await app.get_flow_async(w.name) is not None}
+    return render(
+        request, "overview.html", workflows=workflows, workers=workers, flows=flows, live=True
+    )
 
 
 @router.get("/runs", response_class=HTMLResponse)
 async def runs(
     request: Request,
+    q: str = "",
     workflow: str = "",
     status: str = "",
     since: str = "",
     until: str = "",
     input: str = "",
+    children: str = "",
     cursor: str = "",
 ) -> HTMLResponse:
-    """Runs filtered by workflow, status, time and input, newest first, with paging."""
+    """Runs filtered by workflow, status, time and input, newest first, with paging:
+    top-level runs with a count of their children unless ``children`` asks for all;
+    ``q`` finds a run by its id, its idempotency key or an input match."""
     app = app_of(request)
     filters = {
+        "q": q,
         "workflow": workflow,
         "status": status,
         "since": since,
         "until": until,
         "input": input,
+        "children": "1" if children else "",
     }
-    error = None
+    found, errors = await _search(app, q.strip()) if q.strip() else (None, [])
     page = None
-    try:
-        page = await app.list_runs_async(
-            workflow or None,
-            status=status or None,
-            since=_moment(since, "since"),
-            until=_moment(until, "until"),
-            input_match=json_value(input, "input") if input else None,
-            cursor=cursor or None,
-            limit=50,
-        )
-    except ValidationError as exc:
-        error = str(exc)
+    if found is None:
+        query, errors = _list_filters(filters)
+        if not errors:
+            try:
+                page = await app.list_runs_async(
+                    workflow or None, cursor=cursor or None, limit=50, **query
+                )
+            except ValidationError as exc:
+                errors = [str(exc)]
+    items = found if found is not None else [] if page is None else page.items
+    counts = await app.count_children_async([r.id for r in items]) if items else {}
     names = [w.name for w in await app.list_workflows_async()]
     following = None
     if page is not None and page.next_cursor:
         following = "/runs?" + urlencode({**_kept(filters), "cursor": page.next_cursor})
+    now = await app.now_async()
     return render(
         request,
         "runs.html",
-        status=422 if error else 200,
-        runs=[] if page is None else [app.redaction.record(r) for r in page.items],
+        status=422 if errors else 200,
+        runs=[app.redaction.record(r) for r in items],
+        counts=counts,
+        took={
+            r.id: duration_text(((r.completed_at or now) - r.created_at).total_seconds())
+            for r in items
+        },
         filters=filters,
         names=names,
-        error=error,
+        errors=errors,
+        searched=found is not None,
         following=following,
         first=("/runs?" + urlencode(_kept(filters))) if cursor else None,
         live=not cursor,
     )
+
+
+def _list_filters(filters: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The `list_runs` arguments of the filter form, and every error in it (each field
+    checked on its own, so all of them are listed at once)."""
+    every = bool(filters["children"])  # children and a flow's tasks too
+    query: dict[str, Any] = {"top_level": not every, "include_tasks": every}
+    errors: list[str] = []
+    if filters["status"] and filters["status"] not in RUN_STATUSES:
+        errors.append(f"status must be one of {', '.join(RUN_STATUSES)}")
+    else:
+        query["status"] = filters["status"] or None
+    for name in ("since", "until"):
+        try:
+            query[name] = _moment(filters[name], name)
+        except ValidationError as exc:
+            errors.append(str(exc))
+    try:
+        query["input_match"] = json_value(filters["input"], "input") if filters["input"] else None
+    except ValidationError as exc:
+        errors.append(str(exc))
+    return query, errors
+
+
+async def _search(app: Any, text: str) -> tuple[list[Run], list[str]]:
+    """The runs ``text`` names: the run with that id, the runs started with that
+    idempotency key, and, for JSON, the runs whose input contains it."""
+    found: dict[str, Run] = {}
+    try:
+        found[text] = await app.get_run_async(text)
+    except PerdureError:
+        pass
+    try:
+        for run in (await app.list_runs_async(idempotency_key=text, limit=50)).items:
+            found.setdefault(run.id, run)
+    except ValidationError:
+        pass  # no idempotency key can be this text
+    if text[:1] in '{["':
+        try:
+            match = json_value(text, "search")
+            for run in (await app.list_runs_async(input_match=match, limit=50)).items:
+                found.setdefault(run.id, run)
+        except ValidationError as exc:
+            return list(found.values()), [str(exc)]
+    return list(found.values()), []
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -142,9 +218,15 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
 
 
 async def run_view(
-    request: Request, run_id: str, *, error: str | None = None, status: int = 200
+    request: Request,
+    run_id: str,
+    *,
+    error: str | None = None,
+    status: int = 200,
+    typed: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    """The run page of ``run_id``, with ``error`` (an action refused) if given."""
+    """The run page of ``run_id``, with ``error`` (an action refused) if given, and the
+    fields of the refused form as they were ``typed``."""
     app = app_of(request)
     try:
         run = await app.get_run_async(run_id)
@@ -163,7 +245,11 @@ async def run_view(
     run, values = shown.record(run), shown.values(values)
     steps = [shown.record(s) for s in steps]
     events = [shown.record(e) for e in events]
-    children = [shown.record(c) for c in children]
+    order = {step.name: i for i, step in enumerate(steps)}
+    children = sorted(
+        (shown.record(c) for c in children),
+        key=lambda c: (order.get(c.parent_step or "", len(order)), c.created_at, c.id),
+    )
     return render(
         request,
         "run.html",
@@ -173,9 +259,11 @@ async def run_view(
         events=events,
         children=children,
         values=values,
-        timeline=layout(run, steps, now, _parked(run, events)),
+        timeline=layout(run, steps, now, _parked(run, events), events),
+        attempts={s.name: attempts_of(s, events) for s in steps},
         waiting_for=waits_for(run, events),
         error=error,
+        typed=typed or {},
         status=status,
         live=not run.done and error is None,
     )

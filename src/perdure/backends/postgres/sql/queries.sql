@@ -289,7 +289,10 @@ WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
   AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s::timestamptz)
   AND (%(input_match)s::jsonb IS NULL OR r.input @> %(input_match)s::jsonb)
   AND (%(parent_id)s::text IS NULL OR r.parent_id = %(parent_id)s::text)
-  AND (r.kind <> 'task' OR %(parent_id)s::text IS NOT NULL)  -- tasks: under their flow run
+  AND (r.kind <> 'task' OR %(parent_id)s::text IS NOT NULL  -- tasks: under their flow run
+       OR %(include_tasks)s::boolean)
+  AND (NOT %(top_level)s::boolean OR r.parent_id IS NULL)
+  AND (%(idempotency_key)s::text IS NULL OR r.idempotency_key = %(idempotency_key)s::text)
   AND (%(after_at)s::timestamptz IS NULL
        OR (r.created_at, r.id) < (%(after_at)s::timestamptz, %(after_id)s::text))
 ORDER BY r.created_at DESC, r.id DESC
@@ -964,3 +967,10 @@ UPDATE schedules SET
     updated_at = perdure_now()
 WHERE name = %(name)s AND next_at = %(from_at)s::timestamptz AND NOT paused
 RETURNING 1
+
+-- name: count_children
+-- How many child runs (flow tasks included) each of the runs %(ids)s has.
+SELECT parent_id, count(*) AS children
+FROM runs
+WHERE parent_id = ANY(%(ids)s::text[])
+GROUP BY parent_id

@@ -89,8 +89,10 @@ AND (:status IS NULL OR status = :status)
 AND (:since IS NULL OR created_at >= :since)
 AND (:until IS NULL OR created_at < :until)
 AND (:parent_id IS NULL OR parent_id = :parent_id)
-AND (kind <> 'task' OR :parent_id IS NOT NULL)  -- a flow's tasks: only under their run
+AND (kind <> 'task' OR :parent_id IS NOT NULL OR :include_tasks = 1)  -- a flow's tasks: under their run
 AND (:input_match IS NULL OR json_contains(input, :input_match))
+AND (:top_level = 0 OR parent_id IS NULL)
+AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit
 
@@ -920,3 +922,10 @@ SELECT concurrency_key, fifo_key, rate_key FROM runs WHERE id = :id
 -- name: schema_version_exists
 -- Whether the file has perdure's schema_version table (read-only mode checks, never creates).
 SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version') AS found
+
+-- name: count_children
+-- How many child runs (flow tasks included) each of the runs in the JSON array :ids has.
+SELECT parent_id, COUNT(*) AS children
+FROM runs
+WHERE parent_id IN (SELECT value FROM json_each(:ids))
+GROUP BY parent_id
