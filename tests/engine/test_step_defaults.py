@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from perdure import App, Context, RetryPolicy, StepFailed, ValidationError, WorkflowFailed
-from perdure.names import step_name_of
 
 FAST2 = RetryPolicy(max_attempts=2, initial="10ms", max="10ms", jitter=0)
 FAST4 = RetryPolicy(max_attempts=4, initial="10ms", max="10ms", jitter=0)
@@ -193,6 +192,8 @@ def test_a_step_without_a_stable_name_is_refused_with_nothing_stored(app: App) -
 
 
 def test_the_name_of_an_unnamed_step() -> None:
+    from perdure.names import step_name_of
+
     def outer() -> Any:
         def inner() -> None:
             pass
