@@ -74,6 +74,8 @@ class App(Recovery, Steering, ScheduleClient):
         redact: keys whose values the server, the CLI and the logs mask (``"password"``,
             ``"card.*"``: dotted paths, ``*`` matching any one key); stored values are
             untouched. See docs/security.md.
+        step_retry: the `RetryPolicy` of every step that gives none (a workflow's own
+            ``step_retry`` wins). Default: 3 attempts, exponential 1s→60s.
         **settings: overrides of `perdure.settings.Settings` fields (``read_only=True``
             opens the database read-only: reads work, writes raise `ReadOnlyDatabase`).
     """
@@ -86,8 +88,13 @@ class App(Recovery, Steering, ScheduleClient):
         migrate: bool = True,
         codec: Codec | None = None,
         redact: Iterable[str] | None = None,
+        step_retry: RetryPolicy | None = None,
         **settings: Any,
     ) -> None:
+        if step_retry is not None and not isinstance(step_retry, RetryPolicy):
+            raise ValidationError("step_retry must be a perdure.RetryPolicy")
+        #: The policy of every step that gives none, in workflows that give none.
+        self.step_retry = step_retry
         self.settings = Settings.load(database_url, schema=schema, **settings)
         #: The payload codec (None: values are stored as they are); see perdure.codec.
         self.codec = None if codec is None else check_codec(codec)
@@ -119,6 +126,7 @@ class App(Recovery, Steering, ScheduleClient):
         version: int = 1,
         retention: Duration | None = None,
         retry: RetryPolicy | None = None,
+        step_retry: RetryPolicy | None = None,
         deadline: Duration | None = None,
         priority: int | None = None,
         on: Iterable[str] | str | None = None,
@@ -142,6 +150,7 @@ class App(Recovery, Steering, ScheduleClient):
         version: int = 1,
         retention: Duration | None = None,
         retry: RetryPolicy | None = None,
+        step_retry: RetryPolicy | None = None,
         deadline: Duration | None = None,
         priority: int | None = None,
         on: Iterable[str] | str | None = None,
@@ -163,6 +172,9 @@ class App(Recovery, Steering, ScheduleClient):
             retention: how long finished runs are kept ("30d"; an int is days). Default 30 days.
             retry: workflow-level `RetryPolicy` (reruns the body from its last committed
                 step). Default: one attempt.
+            step_retry: the `RetryPolicy` of every step of this workflow that gives
+                none (a step's own ``retry=`` wins); default: the app's ``step_retry``.
+                Rollbacks use their step's policy unless given ``rollback_retry=``.
             deadline: the run fails with DeadlineExceeded this long after it starts.
             priority: lower numbers are claimed first. Default 100.
             on: topic patterns (``"user.*"``) whose published events start this workflow.
@@ -194,6 +206,7 @@ class App(Recovery, Steering, ScheduleClient):
                 version=version,
                 retention=retention,
                 retry=retry,
+                step_retry=step_retry if step_retry is not None else self.step_retry,
                 deadline=deadline,
                 priority=priority,
                 on=on,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from .durations import MAX_SECONDS, Duration, to_seconds
 from .errors import ValidationError
-from .names import validate_event_name, validate_step_name, workflow_name
+from .names import step_name_of, validate_event_name, validate_step_name, workflow_name
 from .retry import RetryPolicy
 from .serialization import encode
 from .typed import rebuild, return_type
@@ -30,6 +30,9 @@ T = TypeVar("T")
 
 #: Journal keys of the values a run sets (``ctx.set``) start with this.
 VALUE_PREFIX = "~set:"
+
+#: An argument not given (None is a value some of them take).
+_UNSET: Any = object()
 
 
 class StepRuntime(Protocol):
@@ -59,6 +62,7 @@ class StepRuntime(Protocol):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
     ) -> Any:
         """Run (or replay) one step."""
 
@@ -95,9 +99,10 @@ class StepRuntime(Protocol):
 class StepApi:
     """Durable operations of a workflow body: ``ctx.step.run(...)`` and friends.
 
-    Every call takes a ``name``; the first use of a name in a pass is journaled under
-    ``name``, later uses under ``name:1``, ``name:2``... Names are 1-128 characters of
-    letters, digits, ``.``, ``_`` and ``-``.
+    Every call takes a ``name`` (`run`, `sleep` and `run_workflow` may omit it: the
+    function's qualified name, ``sleep``, the child workflow's name); the first use of
+    a name in a pass is journaled under ``name``, later uses under ``name:1``,
+    ``name:2``... Names are 1-128 characters of letters, digits, ``.``, ``_`` and ``-``.
     """
 
     __slots__ = ("_runner",)
@@ -115,6 +120,7 @@ class StepApi:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -128,37 +134,70 @@ class StepApi:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
         **kwargs: Any,
     ) -> T: ...
 
+    @overload
     async def run(
         self,
-        name: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., Awaitable[T]],
         /,
         *args: Any,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    @overload
+    async def run(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> T: ...
+
+    async def run(
+        self,
+        name: Any,
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and journal its result; on replay return
-        the journaled result.
+        the journaled result. Called as ``run(name, fn, *args)`` or, unnamed, as
+        ``run(fn, *args)``.
 
         Args:
-            name: the step's name.
+            name: the step's name. Optional: ``run(fn, *args)`` names the step after
+                ``fn``'s qualified name (``charge``, ``Billing.charge``; a nested
+                function's ``outer.<locals>.inner`` becomes ``outer.inner``). A lambda,
+                a `functools.partial` or any callable without such a name must be
+                given a name (`ValidationError`).
             fn: the function. A plain function runs in the worker's thread pool (never
                 on the event loop); an ``async def`` function, or one that returns an
                 awaitable, is awaited. Inside it, `perdure.current_step()` gives the
                 step's key, attempt and idempotency key.
             *args, **kwargs: passed to ``fn`` (on the first run only: a replay returns
                 the journaled value without calling it).
-            retry: the step's `RetryPolicy`. Default: 3 attempts, exponential backoff
-                1s→60s with 20% jitter. Between attempts the run parks and frees its
-                worker slot.
+            retry: the step's `RetryPolicy`. Default: the workflow's ``step_retry``,
+                else the app's, else 3 attempts, exponential backoff 1s→60s with 20%
+                jitter. Between attempts the run parks and frees its worker slot.
             timeout: an attempt that runs longer fails (and may be retried).
             rollback: called with this step's output, newest step first, if the run
                 later fails for good (compensation). Each rollback runs durably.
+            rollback_retry: the rollback's `RetryPolicy`. Default: the step's policy.
 
         Returns:
             The JSON-decoded value: the same on the first run and on every replay; when
@@ -167,17 +206,31 @@ class StepApi:
         Raises:
             StepFailed: the step failed for good (also on replay); the body may catch it.
         """
-        validate_step_name(name)
+        if isinstance(name, str):
+            if not args:
+                raise ValidationError(f"step {name!r}: missing the function to run")
+            fn, args = args[0], args[1:]
+            validate_step_name(name)
+        else:
+            fn = name
+            name = step_name_of(fn)
         if not callable(fn):
             raise ValidationError(f"step {name!r}: fn must be callable, got {type(fn).__name__}")
         if rollback is not None and not callable(rollback):
             raise ValidationError(f"step {name!r}: rollback must be callable")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ValidationError(f"step {name!r}: retry must be a perdure.RetryPolicy")
+        if rollback_retry is not None and not isinstance(rollback_retry, RetryPolicy):
+            raise ValidationError(f"step {name!r}: rollback_retry must be a perdure.RetryPolicy")
         seconds = None if timeout is None else to_seconds(timeout, what=f"step {name!r} timeout")
         call = functools.partial(fn, *args, **kwargs) if args or kwargs else fn
         value = await self._runner.run_step(
-            name, call, retry=retry, timeout=seconds, rollback=rollback
+            name,
+            call,
+            retry=retry,
+            timeout=seconds,
+            rollback=rollback,
+            rollback_retry=rollback_retry,
         )
         return rebuild(value, return_type(fn))
 
@@ -245,9 +298,18 @@ class StepApi:
         value = await self._runner.transaction(name, fn, retry=retry)
         return rebuild(value, return_type(fn))
 
-    async def sleep(self, name: str, duration: Duration) -> None:
+    @overload
+    async def sleep(self, duration: Duration, /) -> None: ...
+
+    @overload
+    async def sleep(self, name: str, duration: Duration) -> None: ...
+
+    async def sleep(self, name: Any, duration: Any = _UNSET) -> None:
         """Sleep durably for ``duration`` ("5m", seconds, timedelta); the run parks and
-        frees its worker slot, and wakes once, never early."""
+        frees its worker slot, and wakes once, never early. ``sleep("5m")`` names the
+        step ``sleep``; ``sleep(name, "5m")`` names it."""
+        if duration is _UNSET:
+            name, duration = "sleep", name
         validate_step_name(name)
         seconds = to_seconds(duration, what=f"sleep {name!r} duration")
         await self._runner.sleep_until(name, self._runner.now() + timedelta(seconds=seconds))
@@ -302,28 +364,50 @@ class StepApi:
         event_name = validate_event_name(event if event is not None else name)
         return await self._runner.wait_for_event(name, event_name, match_json, seconds)
 
+    @overload
+    async def run_workflow(
+        self, workflow: Any, input: Any = None, /, *, timeout: Duration | None = None
+    ) -> Any: ...
+
+    @overload
+    async def run_workflow(
+        self, name: str, workflow: Any, input: Any = None, *, timeout: Duration | None = None
+    ) -> Any: ...
+
     async def run_workflow(
         self,
-        name: str,
-        workflow: Any,
+        name: Any,
+        workflow: Any = _UNSET,
         input: Any = None,
         *,
         timeout: Duration | None = None,
     ) -> Any:
         """Start a child run once (never twice, whatever replays), wait for it to end,
-        and return its output.
+        and return its output. Called as ``run_workflow(name, workflow, input)`` or,
+        unnamed, as ``run_workflow(workflow, input)`` with the decorated workflow (or
+        ``run_workflow("child-name")`` with no input): the step is then named after the
+        child workflow.
 
         Args:
-            name: the step's name.
+            name: the step's name (a string: give it whenever ``workflow`` is a name
+                and there is an input).
             workflow: the child workflow (decorated function or name).
             input: the child's input (JSON).
-            timeout: the child's deadline; past it the child fails with DeadlineExceeded.
+            timeout: how long this step waits. Past it the step fails with
+                `StepFailed` (error type ``ChildTimeout``) and the child keeps running
+                on its own (it is not cancelled and gets no deadline from it).
 
         Raises:
-            StepFailed: the child failed or was cancelled.
+            StepFailed: the child failed or was cancelled, or the timeout passed.
         """
-        validate_step_name(name)
+        if workflow is _UNSET:
+            workflow, name = name, None
+        elif not isinstance(name, str):
+            workflow, input, name = name, workflow, None
         wf_name = workflow_name(workflow)
+        if name is None:
+            name = wf_name
+        validate_step_name(name)
         input_json = encode(input, what=f"the input of child workflow {wf_name!r}")
         seconds = None if timeout is None else to_seconds(timeout, what=f"child {name!r} timeout")
         return await self._runner.run_child(name, wf_name, input_json, seconds)

@@ -12,6 +12,7 @@ from .errors import ValidationError
 __all__ = [
     "WorkflowRef",
     "glob_matches",
+    "step_name_of",
     "validate_event_name",
     "validate_pattern",
     "validate_step_name",
@@ -48,6 +49,32 @@ def validate_step_name(name: object, *, what: str = "step name") -> str:
         raise ValidationError(
             f"invalid {what} {_show(name)}: use 1-128 letters, digits, '.', '_' or '-' "
             "(':' is reserved for repeated names)"
+        )
+    return name
+
+
+def step_name_of(fn: object) -> str:
+    """The name of an unnamed step: ``fn``'s qualified name, its ``<locals>`` parts
+    dropped (``outer.<locals>.inner`` is ``outer.inner``). A function without a stable
+    name (a lambda, a `functools.partial`, a callable object) is a `ValidationError`:
+    its name must be given."""
+    qualname = getattr(fn, "__qualname__", None)
+    if not callable(fn) or not isinstance(qualname, str):
+        raise ValidationError(
+            f"step {_show(fn)} has no name: {type(fn).__name__} has no stable qualified name; "
+            "call ctx.step.run(name, fn, ...)"
+        )
+    parts = [part for part in qualname.split(".") if part != "<locals>"]
+    if any(part.startswith("<") for part in parts):
+        raise ValidationError(
+            f"step {_show(fn)} has no name: a {qualname.rpartition('.')[2]} has no stable "
+            "name to journal it under; call ctx.step.run(name, fn, ...)"
+        )
+    name = ".".join(parts)
+    if not _STEP.fullmatch(name):
+        raise ValidationError(
+            f"step {_show(fn)}: its qualified name {name!r} is not a valid step name (1-128 "
+            "letters, digits, '.', '_' or '-'); call ctx.step.run(name, fn, ...)"
         )
     return name
 

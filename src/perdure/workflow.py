@@ -12,7 +12,7 @@ from .errors import ConfigurationError, ValidationError
 from .flows.definition import task_workflow
 from .limits import NO_LIMITS, KeyFn, Limits
 from .names import glob_matches, validate_pattern, validate_workflow_name
-from .retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+from .retry import DEFAULT_STEP_RETRY, DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from .schedules import check_cron, check_timezone
 from .typed import input_type, rebuild
 from .validation import check_int
@@ -39,6 +39,8 @@ class WorkflowDefinition:
         fn: the ``async def body(ctx, input)``.
         retention_days: days a finished run is kept. Default 30.
         retry: workflow-level retry of the body. Default: 1 attempt (no retry).
+        step_retry: the policy of every step that gives none. Default: 3 attempts,
+            exponential 1s→60s with 20% jitter.
         deadline: seconds after start when the run fails with DeadlineExceeded, or None.
         priority: lower runs first. Default 100.
         on: topic patterns that start this workflow when published.
@@ -53,6 +55,7 @@ class WorkflowDefinition:
     fn: Body
     retention_days: int = DEFAULT_RETENTION_DAYS
     retry: RetryPolicy = DEFAULT_WORKFLOW_RETRY
+    step_retry: RetryPolicy = DEFAULT_STEP_RETRY
     deadline: float | None = None
     priority: int = DEFAULT_PRIORITY
     on: tuple[str, ...] = ()
@@ -98,6 +101,7 @@ def define_workflow(
     version: int = 1,
     retention: Duration | None = None,
     retry: RetryPolicy | None = None,
+    step_retry: RetryPolicy | None = None,
     deadline: Duration | None = None,
     priority: int | None = None,
     on: Iterable[str] | str | None = None,
@@ -120,6 +124,8 @@ def define_workflow(
     check_int(version, "workflow version", minimum=1)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ValidationError("retry must be a perdure.RetryPolicy")
+    if step_retry is not None and not isinstance(step_retry, RetryPolicy):
+        raise ValidationError("step_retry must be a perdure.RetryPolicy")
     params = [
         p
         for p in inspect.signature(fn).parameters.values()
@@ -144,6 +150,7 @@ def define_workflow(
         fn=fn,
         retention_days=retention_to_days(retention),
         retry=retry or DEFAULT_WORKFLOW_RETRY,
+        step_retry=step_retry or DEFAULT_STEP_RETRY,
         deadline=None if deadline is None else to_seconds(deadline, what="deadline"),
         priority=check_int(DEFAULT_PRIORITY if priority is None else priority, "priority"),
         on=topics,

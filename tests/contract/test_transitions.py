@@ -296,7 +296,6 @@ async def test_step_fields_and_write_order(backend: Backend) -> None:
 async def test_completed_rows_appear_as_step_completed_events(backend: Backend) -> None:
     run = await create(backend)
     held = await claim_one(backend)
-    wake = (await backend.now()) + timedelta(hours=1)
     assert (
         await transition(
             backend,
@@ -308,8 +307,10 @@ async def test_completed_rows_appear_as_step_completed_events(backend: Backend) 
             ),
         )
     ).ok
-    # A sleep row's completed_at is its wake-up time; its event is at the write time.
-    sleep = StepWrite("nap", "sleep", "completed", js({"until": "later"}), completed_at=wake)
+    # A sleep row's completed_at is its wake-up time, and its step_completed event is
+    # dated then, once that has passed (this one is due at once).
+    due = await backend.now()
+    sleep = StepWrite("nap", "sleep", "completed", js({"until": "now"}), completed_at=due)
     assert (await transition(backend, held, steps=(sleep,))).ok
     assert (
         await transition(
@@ -331,6 +332,22 @@ async def test_completed_rows_appear_as_step_completed_events(backend: Backend) 
     assert all(e.created_at <= done for e in events), "an event is dated in the future"
     times = [e.created_at for e in events]
     assert times == sorted(times), "events are not oldest first"
+    (nap,) = [e for e in events if e.data == {"step": "nap", "kind": "sleep"}]
+    assert nap.created_at == due
+
+
+async def test_a_sleep_completes_at_its_due_time_unless_the_run_ended_first(
+    backend: Backend,
+) -> None:
+    run = await create(backend)
+    held = await claim_one(backend)
+    wake = (await backend.now()) + timedelta(hours=1)
+    sleep = StepWrite("nap", "sleep", "completed", js({"until": "later"}), completed_at=wake)
+    assert (await transition(backend, held, steps=(sleep,))).ok
+    assert (await transition(backend, held, Complete(js("ok")))).ok  # ended before waking
+    await skip_clock(backend, 2 * 3600)
+    events = await backend.get_events(run.id)
+    assert [e for e in events if e.type == "step_completed"] == []
 
 
 async def test_writing_a_key_deletes_the_wait_on_that_key(backend: Backend) -> None:

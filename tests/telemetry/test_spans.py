@@ -103,7 +103,7 @@ def test_run_and_step_spans_join_the_trace_of_the_code_that_started_the_run(
         assert before.end_time is not None and after.start_time is not None
         assert before.end_time <= after.start_time
 
-    steps = _named(spans, "workflow.step")
+    steps = [s for s in _named(spans, "workflow.step") if _attrs(s)["step.kind"] == "run"]
     assert [(_attrs(s)["step.name"], _attrs(s)["step.attempt"]) for s in steps] == [
         ("first", 1),
         ("second", 1),
@@ -121,6 +121,18 @@ def test_run_and_step_spans_join_the_trace_of_the_code_that_started_the_run(
     assert [e.name for e in failed.events] == ["exception"]
     assert by_id[steps[0].parent.span_id] is runs[0]  # type: ignore[union-attr]
     assert by_id[steps[2].parent.span_id] is runs[2]  # type: ignore[union-attr]
+    # The sleep is one span from the park to the wake, made by the pass that wakes.
+    (nap,) = [s for s in _named(spans, "workflow.step") if _attrs(s)["step.kind"] == "sleep"]
+    assert _attrs(nap) == {
+        "workflow.name": "traced",
+        "run_id": handle.id,
+        "step.name": "nap",
+        "step.kind": "sleep",
+        "step.attempt": 1,
+    }
+    assert nap.parent is not None and by_id[nap.parent.span_id] is runs[1]
+    assert nap.start_time is not None and nap.end_time is not None
+    assert nap.end_time - nap.start_time >= 190_000_000  # the 200ms it slept
 
 
 async def test_a_signal_is_traced_in_the_senders_trace_and_a_failed_run_is_an_error(
@@ -160,6 +172,51 @@ async def test_a_signal_is_traced_in_the_senders_trace_and_a_failed_run_is_an_er
     assert runs[-1].status.status_code == trace.StatusCode.ERROR
     # Started outside any span: no context is stored, each pass is a root span.
     assert all(s.parent is None for s in runs)
+
+
+async def test_a_wait_is_one_span_from_the_park_to_the_event(
+    app: App, spans: InMemorySpanExporter
+) -> None:
+    @app.workflow
+    async def gate(ctx: Context, _: None) -> Any:
+        payload = await ctx.step.wait_for_event("approve", event="approved")
+        await ctx.step.sleep("rest", "50ms")
+        await ctx.step.run("after", lambda: None)
+        return payload
+
+    async with app:
+        worker = app.worker()
+        import asyncio
+
+        task = asyncio.create_task(worker.serve())
+        try:
+            handle = await app.start_async(gate)
+            await handle_status(app, handle.id, "waiting")
+            parked = await app.get_run_async(handle.id)
+            assert await app.signal_async(handle.id, "approved", {"n": 1})
+            assert await handle.result_async(timeout=30) == {"n": 1}
+        finally:
+            worker.stop()
+            await task
+
+    runs = _named(spans, "workflow.run")
+    assert [_attrs(s)["status"] for s in runs] == ["waiting", "waiting", "completed"]
+    (wait,) = [s for s in _named(spans, "workflow.step") if _attrs(s)["step.kind"] == "wait"]
+    assert _attrs(wait) == {
+        "workflow.name": "gate",
+        "run_id": handle.id,
+        "step.name": "approve",
+        "step.kind": "wait",
+        "step.attempt": 1,
+    }
+    assert wait.parent is not None and wait.parent.span_id == runs[1].context.span_id
+    assert wait.start_time is not None and wait.end_time is not None
+    assert parked.started_at is not None
+    assert wait.start_time >= int(parked.started_at.timestamp() * 1e9) - 1_000_000
+    assert wait.end_time >= wait.start_time
+    # Only the pass that woke makes it: the run's later passes replay it without one.
+    (rest,) = [s for s in _named(spans, "workflow.step") if _attrs(s)["step.kind"] == "sleep"]
+    assert rest.parent is not None and rest.parent.span_id == runs[2].context.span_id
 
 
 async def handle_status(app: App, run_id: str, status: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import StepFailed
 from ..records import EventWrite
+from ..retry import RetryPolicy
 
 ROLLBACK_PREFIX = "~rollback:"
 
@@ -22,10 +23,12 @@ class Compensation:
     key: str
     fn: Callable[[Any], Any]
     output: Any
+    #: the rollback's policy (None: the workflow's default step policy)
+    retry: RetryPolicy | None = None
 
 
-#: How a rollback runs: as a durable step under its own key.
-RunRollback = Callable[[str, Callable[[], Any]], Awaitable[Any]]
+#: How a rollback runs: as a durable step under its own key, under its policy.
+RunRollback = Callable[[str, Callable[[], Any], RetryPolicy | None], Awaitable[Any]]
 
 
 async def run_rollbacks(
@@ -37,7 +40,9 @@ async def run_rollbacks(
     failed: list[str] = []
     for item in reversed(compensations):
         try:
-            await run_rollback(ROLLBACK_PREFIX + item.key, functools.partial(item.fn, item.output))
+            await run_rollback(
+                ROLLBACK_PREFIX + item.key, functools.partial(item.fn, item.output), item.retry
+            )
             compensated.append(item.key)
         except StepFailed:
             failed.append(item.key)

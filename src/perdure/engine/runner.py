@@ -76,7 +76,13 @@ class Runner:
         )
         self._telemetry = services.telemetry.pass_began(claim)
         self.steps = PassSteps(
-            claim, services, self._control, self._barrier, self._commits, self._telemetry
+            claim,
+            services,
+            self._control,
+            self._barrier,
+            self._commits,
+            self._telemetry,
+            definition.step_retry,
         )
         self.ctx = Context(self.steps)
         self._deadline_error: dict[str, Any] | None = None

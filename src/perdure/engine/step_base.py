@@ -13,6 +13,7 @@ from typing import Any
 from ..codec import unreadable
 from ..errors import NonDeterminismError, StepLimitExceeded
 from ..records import Claim, EventWrite, Run, Step, StepWrite, Transition, TransitionResult, Wait
+from ..retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ..serialization import decode
 from ..telemetry.hooks import NOOP_PASS, PassHooks
 from .barrier import ParkBarrier
@@ -39,8 +40,11 @@ class StepBase:
         barrier: ParkBarrier,
         commits: PassCommits,
         telemetry: PassHooks = NOOP_PASS,
+        step_retry: RetryPolicy = DEFAULT_STEP_RETRY,
     ) -> None:
         self.run: Run = claim.run
+        #: The policy of a step that gives none (the workflow's or app's step_retry).
+        self.step_retry = step_retry
         self._telemetry = telemetry
         self._traceparent = claim.traceparent
         self._token = claim.lease_token
@@ -58,6 +62,8 @@ class StepBase:
         self._waits: dict[str, Wait] = {w.key: w for w in claim.waits}
         self._keys = KeyAllocator()
         self._step_attempts = claim.step_attempts
+        #: The step the run parked at last (a sleep's or wait's span ends at its wake).
+        self._last_asked = claim.call_order[-1] if claim.call_order else None
         #: Rollbacks of the completed steps, oldest first.
         self.compensations: list[Compensation] = []
         #: A rollback pass: journaled steps replay, anything new stops the body.

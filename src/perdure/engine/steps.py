@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import SerializationError, StepFailed, StepTimeout, ValidationError
 from ..records import EventWrite, Step, StepWrite, Transition
-from ..retry import DEFAULT_STEP_RETRY, NonRetriableError, RetryAfter, RetryPolicy
+from ..retry import NonRetriableError, RetryAfter, RetryPolicy
 from ..serialization import brief_error, decode, encode, error_from_exception
 from ..step_info import StepInfo, entered_step, left_step
 from .compensation import Compensation
@@ -43,14 +43,20 @@ class PassSteps(WaitingSteps):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         rollback: Callable[[Any], Any] | None = None,
+        rollback_retry: RetryPolicy | None = None,
     ) -> Coroutine[Any, Any, Any]:
         """Run (or replay) one step; see `StepApi.run`. (Returns `_run`'s coroutine
         itself: one frame less on every step.)"""
-        return self._run(self._keys.next(name), "run", fn, retry, timeout, rollback)
+        return self._run(
+            self._keys.next(name), "run", fn, retry, timeout, rollback, rollback_retry or retry
+        )
 
-    def run_rollback(self, key: str, fn: Callable[[], Any]) -> Coroutine[Any, Any, Any]:
-        """Run (or replay) one rollback as a durable step of its own."""
-        return self._run(key, "rollback", fn, None, None, None)
+    def run_rollback(
+        self, key: str, fn: Callable[[], Any], retry: RetryPolicy | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Run (or replay) one rollback as a durable step of its own, under ``retry``
+        (None: the workflow's default step policy)."""
+        return self._run(key, "rollback", fn, retry, None, None, None)
 
     async def _run(
         self,
@@ -60,6 +66,7 @@ class PassSteps(WaitingSteps):
         retry: RetryPolicy | None,
         timeout: float | None,
         rollback: Callable[[Any], Any] | None,
+        rollback_retry: RetryPolicy | None,
     ) -> Any:
         if not self._cursor.ask(key, kind):  # not the next step the journal holds
             await self._cursor.hold(key, kind)
@@ -68,7 +75,9 @@ class PassSteps(WaitingSteps):
             if record.status == "failed":
                 raise StepFailed(key, record.error or {}, record.attempts)
             if rollback is not None:
-                self.compensations.append(Compensation(key, rollback, record.output))
+                self.compensations.append(
+                    Compensation(key, rollback, record.output, rollback_retry)
+                )
             return record.output
         attempt = (record.attempts if record is not None else 0) + 1
         self._stop_if_replay_only()
@@ -104,7 +113,7 @@ class PassSteps(WaitingSteps):
             value = decode(output)
             self.journal[key] = Step(key, kind, "completed", value, None, attempt, started, None)
             if rollback is not None:
-                self.compensations.append(Compensation(key, rollback, value))
+                self.compensations.append(Compensation(key, rollback, value, rollback_retry))
             return value
 
     async def transaction(
@@ -174,7 +183,7 @@ class PassSteps(WaitingSteps):
         started: datetime,
         retry: RetryPolicy | None,
     ) -> Any:
-        policy = retry or DEFAULT_STEP_RETRY
+        policy = retry or self.step_retry
         error = error_from_exception(exc, step=key, attempt=attempt)
         final = (
             isinstance(exc, NonRetriableError | SerializationError | ValidationError)

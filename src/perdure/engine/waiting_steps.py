@@ -14,6 +14,7 @@ from ..ids import new_run_id
 from ..limits import flow_control
 from ..records import EventWrite, NewRun, Received, Step, StepWrite, Transition, WaitWrite
 from ..serialization import encode
+from .cursor import entry
 from .step_base import StepBase
 from .suspend import engine_error
 
@@ -34,8 +35,11 @@ class WaitingSteps(StepBase):
         record = self._enter(key, "sleep")
         until = when if record is None else datetime.fromisoformat(record.output["until"])
         if until <= self.now():
+            if record is not None and self._woke_at(key, "sleep"):
+                self._telemetry.waited(key, "sleep", record.started_at or until, self.now())
             return
         steps: tuple[StepWrite, ...] = ()
+        events: tuple[EventWrite, ...] = ()
         if record is None:
             output = encode({"until": until.isoformat()}, what="sleep")
             steps = (
@@ -43,8 +47,10 @@ class WaitingSteps(StepBase):
                     key, "sleep", "completed", output, started_at=self.now(), completed_at=until
                 ),
             )
+            # The row's step_completed shows in the audit trail at `until` (get_events).
+            events = (EventWrite("sleep_started", {"step": key, "until": until.isoformat()}),)
         self._stop_if_replay_only()
-        await self._barrier.park(self._barrier.request("sleep", until, steps=steps))
+        await self._barrier.park(self._barrier.request("sleep", until, steps=steps, events=events))
 
     # ------------------------------------------------------------------ wait for an event
 
@@ -57,19 +63,25 @@ class WaitingSteps(StepBase):
             await self._cursor.hold(key, "wait")
         record = self._enter(key, "wait")
         if record is not None:
+            if self._woke_at(key, "wait"):
+                self._wait_span(key, record)
             return record.output
         registered = self._waits.get(key)
+        events: tuple[EventWrite, ...] = ()
         if registered is not None:
             timeout_at = registered.timeout_at
             if timeout_at is not None and timeout_at <= self.now():
                 write = StepWrite(key, "wait", "completed", "null", started_at=self.now())
                 ev = EventWrite("resumed", {"step": key, "event": event, "timed_out": True})
+                self._timed_out_span(key, timeout_at, timeout)
                 return (await self._record(write, ev)).output
         else:
             timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
+            events = (_wait_started(key, [event], timeout_at),)
         wait = WaitWrite(key, event, match_json, timeout_at)
         self._stop_if_replay_only()
-        await self._barrier.park(self._barrier.request("event", timeout_at, waits=(wait,)))
+        request = self._barrier.request("event", timeout_at, waits=(wait,), events=events)
+        await self._barrier.park(request)
 
     async def wait_for_any(
         self, name: str, events: list[str], match_json: str | None, timeout: float | None
@@ -88,20 +100,26 @@ class WaitingSteps(StepBase):
         for event, sibling in zip(events, siblings, strict=True):
             record = self.journal.get(sibling)
             if record is not None and record.status != "retrying":
+                if self._woke_at(key, "wait"):
+                    self._wait_span(key, record)
                 return None if record.output == TIMED_OUT else Received(event, record.output)
         registered = [self._waits[k] for k in siblings if k in self._waits]
+        started: tuple[EventWrite, ...] = ()
         if registered:
             timeout_at = registered[0].timeout_at
             if timeout_at is not None and timeout_at <= self.now():
+                self._timed_out_span(key, timeout_at, timeout)
                 return await self._wait_timed_out(key, events, siblings)
         else:
             timeout_at = None if timeout is None else self.now() + timedelta(seconds=timeout)
+            started = (_wait_started(key, events, timeout_at),)
         waits = tuple(
             WaitWrite(sibling, event, match_json, timeout_at)
             for event, sibling in zip(events, siblings, strict=True)
         )
         self._stop_if_replay_only()
-        await self._barrier.park(self._barrier.request("event", timeout_at, waits=waits))
+        request = self._barrier.request("event", timeout_at, waits=waits, events=started)
+        await self._barrier.park(request)
 
     async def _wait_timed_out(
         self, key: str, events: list[str], siblings: list[str]
@@ -126,6 +144,22 @@ class WaitingSteps(StepBase):
                 sibling, "wait", "completed", TIMED_OUT, None, 1, None, None
             )
         return None
+
+    # ------------------------------------------------------------------ spans
+
+    def _woke_at(self, key: str, kind: str) -> bool:
+        """True if the run last parked at this step (it is the last entry of the call
+        order at claim): this pass is the wake, and the step's span is due. Later
+        passes, which asked for more since, replay it without a span."""
+        return self._last_asked == entry(kind, key)
+
+    def _wait_span(self, key: str, record: Step) -> None:
+        started = record.started_at or self.now()
+        self._telemetry.waited(key, "wait", started, record.completed_at or self.now())
+
+    def _timed_out_span(self, key: str, timeout_at: datetime, timeout: float | None) -> None:
+        started = timeout_at if timeout is None else timeout_at - timedelta(seconds=timeout)
+        self._telemetry.waited(key, "wait", started, self.now())
 
     # ------------------------------------------------------------------ child runs
 
@@ -184,3 +218,12 @@ class WaitingSteps(StepBase):
         write = StepWrite(key, "child", "failed", None, error, started_at=self.now())
         event = EventWrite("step_failed", {"step": key, "attempt": 1, "error": error})
         return await self._record(write, event)
+
+
+def _wait_started(key: str, events: list[str], timeout_at: datetime | None) -> EventWrite:
+    """The audit event of a wait registered (its row's step_completed, or a ``resumed``
+    event with ``timed_out``, says how it ended)."""
+    data: dict[str, Any] = {"step": key, "event": events[0] if len(events) == 1 else events}
+    if timeout_at is not None:
+        data["timeout_at"] = timeout_at.isoformat()
+    return EventWrite("wait_started", data)

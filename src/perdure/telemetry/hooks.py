@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ..records import Claim
 
 __all__ = ["NOOP", "NOOP_PASS", "PassHooks", "TelemetryHooks"]
@@ -28,6 +30,10 @@ class PassHooks(Protocol):
 
     def step_retried(self, key: str) -> None:
         """A failed attempt of step ``key`` will be retried."""
+
+    def waited(self, key: str, kind: str, started: datetime, ended: datetime) -> None:
+        """A sleep or wait (``kind``) that parked the run from ``started`` woke at
+        ``ended`` (database times)."""
 
     def diverged(self) -> None:
         """The pass's replay diverged from the run's journal."""
@@ -59,6 +65,9 @@ class _NoPass:
         pass
 
     def step_retried(self, key: str) -> None:
+        pass
+
+    def waited(self, key: str, kind: str, started: datetime, ended: datetime) -> None:
         pass
 
     def diverged(self) -> None:

@@ -15,6 +15,8 @@ Spans (seed 000's names and attributes):
 * ``workflow.step``: one per step attempt, child of its pass's span and the current
   span while the step's function runs (its own spans nest under it), with
   ``workflow.name``, ``run_id``, ``step.name``, ``step.kind``, ``step.attempt``.
+  A sleep or a wait (``step.kind`` ``sleep`` / ``wait``) is one span from the park
+  to the wake (database times), made by the pass that wakes.
 * ``workflow.signal``: one per signal sent, in the sender's trace, with
   ``workflow.name``, ``run_id``, ``event``.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -154,6 +157,23 @@ class _Pass:
         if wf is not None:
             wf.count(wf.retries, key if ":" not in key else key.partition(":")[0])
 
+    def waited(self, key: str, kind: str, started: datetime, ended: datetime) -> None:
+        if self._tracer is None:
+            return
+        span = self._tracer.start_span(
+            "workflow.step",
+            context=self._span_ctx,
+            start_time=_nanos(started),
+            attributes={
+                "workflow.name": self._run.workflow,
+                "run_id": self._run.id,
+                "step.name": key,
+                "step.kind": kind,
+                "step.attempt": 1,
+            },
+        )
+        span.end(end_time=max(_nanos(ended), _nanos(started)))
+
     def diverged(self) -> None:
         wf = self._wf
         if wf is not None:
@@ -178,6 +198,10 @@ class _Pass:
         if span is None:
             return None
         return tracing.traceparent_of(span.get_span_context())
+
+
+def _nanos(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000) * 1000
 
 
 def _record_error(span: Any, error: BaseException) -> None:

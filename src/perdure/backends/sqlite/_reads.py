@@ -73,7 +73,8 @@ def get_steps(s: Session, run_id: str) -> list[Step]:
 
 
 def get_events(s: Session, run_id: str) -> list[Event]:
-    return [to_event(row) for row in s.all(QUERIES["get_events"], {"run_id": run_id})]
+    params = {"run_id": run_id, "now": s.clock()}
+    return [to_event(row) for row in s.all(QUERIES["get_events"], params)]
 
 
 def workflow_summaries(s: Session) -> list[WorkflowSummary]:

@@ -345,18 +345,26 @@ DELETE FROM watchers WHERE run_id = %(run_id)s AND watcher = %(watcher)s
 
 -- name: get_events
 -- A run's audit trail with completed journal rows as step_completed (or value) events.
+-- A sleep's row is written when it is scheduled (sleep_started): it completes at its
+-- due time, once that has passed, unless the run ended first.
 SELECT e.type, e.data, e.created_at
 FROM (
     SELECT type, data, created_at, 1 AS source, id AS ord
     FROM events
     WHERE run_id = %(run_id)s
     UNION ALL
-    SELECT CASE WHEN key LIKE '~set:%%' THEN 'value' ELSE 'step_completed' END,
-           CASE WHEN key LIKE '~set:%%' THEN output::jsonb
-                ELSE jsonb_build_object('step', key, 'kind', kind) END,
-           recorded_at, 0, seq
-    FROM steps
-    WHERE run_id = %(run_id)s AND status = 'completed'
+    SELECT CASE WHEN s.key LIKE '~set:%%' THEN 'value' ELSE 'step_completed' END,
+           CASE WHEN s.key LIKE '~set:%%' THEN s.output::jsonb
+                ELSE jsonb_build_object('step', s.key, 'kind', s.kind) END,
+           CASE WHEN s.kind = 'sleep' THEN coalesce(s.completed_at, s.recorded_at)
+                ELSE s.recorded_at END,
+           0, s.seq
+    FROM steps s
+    WHERE s.run_id = %(run_id)s AND s.status = 'completed'
+      AND (s.kind <> 'sleep' OR s.completed_at IS NULL
+           OR (s.completed_at <= perdure_now()
+               AND NOT EXISTS (SELECT 1 FROM runs r
+                               WHERE r.id = s.run_id AND r.completed_at < s.completed_at)))
 ) AS e
 ORDER BY e.created_at, e.source, e.ord
 

@@ -280,16 +280,25 @@ ORDER BY seq
 
 -- name: get_events
 -- A run's stored events merged with step_completed (or value) entries from the journal.
+-- A sleep's row is written when it is scheduled (sleep_started): it completes at its
+-- due time, once that has passed (:now), unless the run ended first.
 SELECT type, data, created_at, id AS mark, 0 AS part, 0 AS seq
 FROM events
 WHERE run_id = :run_id
 UNION ALL
 SELECT
-    CASE WHEN key LIKE '~set:%' THEN 'value' ELSE 'step_completed' END,
-    CASE WHEN key LIKE '~set:%' THEN output ELSE json_object('step', key, 'kind', kind) END,
-    recorded_at, event_mark, 1, seq
-FROM steps
-WHERE run_id = :run_id AND status = 'completed'
+    CASE WHEN s.key LIKE '~set:%' THEN 'value' ELSE 'step_completed' END,
+    CASE WHEN s.key LIKE '~set:%' THEN s.output
+         ELSE json_object('step', s.key, 'kind', s.kind) END,
+    CASE WHEN s.kind = 'sleep' THEN coalesce(s.completed_at, s.recorded_at)
+         ELSE s.recorded_at END,
+    s.event_mark, 1, s.seq
+FROM steps s
+WHERE s.run_id = :run_id AND s.status = 'completed'
+  AND (s.kind <> 'sleep' OR s.completed_at IS NULL
+       OR (s.completed_at <= :now
+           AND NOT EXISTS (SELECT 1 FROM runs r
+                           WHERE r.id = s.run_id AND r.completed_at < s.completed_at)))
 ORDER BY created_at, mark, part, seq
 
 -- name: workflow_summaries
