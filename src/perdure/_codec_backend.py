@@ -235,6 +235,9 @@ class CodecBackend(Backend):
     async def get_steps(self, run_id: str, include_superseded: bool = False) -> list[Step]:
         return [self._step(s) for s in await self.inner.get_steps(run_id, include_superseded)]
 
+    async def get_call_order(self, run_id: str) -> tuple[str, ...]:
+        return await self.inner.get_call_order(run_id)
+
     async def get_events(self, run_id: str) -> list[Event]:
         return [
             replace(e, data=self._open(e.data)) if e.type == "value" else e

@@ -39,4 +39,10 @@ def waits_for(run: Run, events: list[Event]) -> str | None:
         return f"a worker with version {run.version}{until}"
     if reason == "undecodable":
         return f"a worker that can open its sealed values (the codec and its key){until}"
+    if reason == "divergence":
+        return (
+            "code that replays it: the deployed code no longer matches its journal "
+            f"(replay diverged; see its error){until}. Roll the deploy back, or retry it "
+            "from a step, or cancel it (docs/versioning.md)"
+        )
     return f"a worker{until}"

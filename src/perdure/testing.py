@@ -35,9 +35,10 @@ from .backends.base import Backend
 from .durations import Duration, to_seconds
 from .errors import BackendError, ConfigurationError, TimeoutError, ValidationError
 from .records import WorkflowSummary
+from .replay import Divergence, export_run, replay_check
 from .worker import Worker
 
-__all__ = ["TestEnvironment"]
+__all__ = ["Divergence", "TestEnvironment", "export_run", "replay_check"]
 
 log = logging.getLogger("perdure.testing")
 

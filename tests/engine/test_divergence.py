@@ -9,6 +9,7 @@ deploys.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 
 from perdure import App, Context
+from perdure.describe import waits_for
+from perdure.telemetry import enable_metrics
 
-from .helpers import wait_for
+from .helpers import raw_sql, wait_for
 
 Body = Callable[[Context, Counter[str]], Awaitable[Any]]
 
@@ -157,6 +160,8 @@ def test_a_changed_body_parks_the_run_and_the_old_code_completes_it(
     assert run.error is not None and run.error["type"] == "NonDeterminismError"
     assert run.error["worker_version"] == 1
     assert run.error["journaled"] is not None or run.error["asked"] is not None
+    said = waits_for(run, app_b.get_events(run_id)) or ""  # runs show, the dashboard
+    assert "replay diverged" in said
     events = [e for e in app_b.get_events(run_id) if e.type == "replay_diverged"]
     assert len(events) == 1 and events[0].data["position"] == run.error["position"]
     # Detection comes before any step function: nothing ran twice, nothing new ran.
@@ -183,8 +188,10 @@ def test_appending_a_step_after_the_journaled_ones_is_no_divergence(
 
 
 def test_a_random_step_name_parks_on_its_first_replay(
-    database: Any, apps: list[App], calls: Counter[str]
+    database: Any, apps: list[App], calls: Counter[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="perdure.runs")
+
     async def random_name(ctx: Context, calls: Counter[str]) -> Any:
         await _step(ctx, calls, f"pick-{random.randint(0, 10**9)}")
         await ctx.step.wait_for_event("go")
@@ -193,11 +200,16 @@ def test_a_random_step_name_parks_on_its_first_replay(
 
     app = _app(database, random_name, calls)
     apps.append(app)
+    series = enable_metrics().workflow("deployed")  # workflow_replay_divergences_total
+    counted = series.divergences
     with app.worker():
         run_id = app.start("deployed").id
         wait_for(lambda: app.get_run(run_id).wake_reason == "event")
         app.signal(run_id, "go", None)
         wait_for(lambda: _diverged(app, run_id))
+    assert series.divergences == counted + 1
+    warned = [r for r in caplog.records if "replay diverged" in r.getMessage()]
+    assert warned and warned[0].levelno == logging.WARNING
     assert sum(calls.values()) == 1  # the pick ran once; "after" never ran
     assert [s.kind for s in app.get_steps(run_id)] == ["run", "wait"]
 
@@ -307,3 +319,19 @@ def test_patched_old_runs_take_the_old_branch_and_new_runs_the_new(
     assert calls == Counter({"one": 3, "old": 1, "new": 2})
     for run_id in (past, before, fresh):
         assert not [e for e in app_b.get_events(run_id) if e.type == "replay_diverged"]
+
+
+def test_a_run_journaled_before_call_orders_replays_by_name_as_before(
+    database: Any, apps: list[App], calls: Counter[str]
+) -> None:
+    app_a = _app(database, code_a, calls)
+    app_b = _app(database, renamed, calls)
+    apps += [app_a, app_b]
+    run_id = _start_on_a(app_a)
+    empty = "[]" if database.kind == "sqlite" else "{}"  # as the migration leaves it
+    raw_sql(database, "UPDATE runs SET call_order = ? WHERE id = ?", (empty, run_id))
+    with app_b.worker():
+        app_b.signal(run_id, "go", None)
+        assert app_b.result(run_id, timeout=20) == "done"
+    # By name: "deux" is a new step to it, "two" an orphan row, as before call orders.
+    assert calls == Counter({"one": 1, "two": 1, "deux": 1, "three": 1})

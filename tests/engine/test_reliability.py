@@ -28,7 +28,9 @@ def test_changed_code_under_a_running_run_fails_it_instead_of_replaying_wrongly(
         await ctx.step.run("a", lambda: 1)
         await ctx.step.wait_for_event("go")
 
-    @new.workflow(name="changing")  # same name and version, different shape: a bad deploy
+    # Same name and version, different shape: a bad deploy. The default parks such
+    # runs (tests/engine/test_divergence.py); this workflow asks to fail them.
+    @new.workflow(name="changing", on_divergence="fail")
     async def after(ctx: Context, _: None) -> None:
         await ctx.step.sleep("a", "1s")
 
@@ -41,7 +43,9 @@ def test_changed_code_under_a_running_run_fails_it_instead_of_replaying_wrongly(
             with pytest.raises(WorkflowFailed) as info:
                 handle.result(timeout=20)
         assert info.value.error["type"] == "NonDeterminismError"
-        assert "new workflow version" in info.value.error["message"]
+        assert "replay diverged" in info.value.error["message"]
+        assert info.value.error["journaled"] == {"name": "a", "kind": "run"}
+        assert info.value.error["asked"] == {"name": "a", "kind": "sleep"}
     finally:
         old.close()
         new.close()

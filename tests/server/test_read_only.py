@@ -68,7 +68,7 @@ def test_a_read_only_server_refuses_every_change_and_stores_nothing(
         }
         assert http.get(f"/v1/workflows/greet/runs/{done}/steps").status == 200
         assert [s["name"] for s in http.get("/v1/schedules").body["items"]] == ["nightly"]
-        values = {"name": "greet", "run_id": pending, "event": "go"}
+        values = {"name": "greet", "run_id": pending, "event": "go", "pattern": "go"}
         paths = http.get("/openapi.json").body["paths"]
         refused = 0
         for template, operations in paths.items():

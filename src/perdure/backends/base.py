@@ -313,6 +313,12 @@ class Backend(abc.ABC):
         all in the order they were first written."""
 
     @abc.abstractmethod
+    async def get_call_order(self, run_id: str) -> tuple[str, ...]:
+        """The steps the run's body asked for, in the order it first asked, as
+        ``"kind:key"`` entries (`Claim.call_order`); empty for a run journaled before
+        call orders were recorded, or no such run."""
+
+    @abc.abstractmethod
     async def get_events(self, run_id: str) -> list[Event]:
         """The run's audit trail, oldest first. Completed journal rows appear as
         ``step_completed`` events (data ``{"step", "kind"}``) at their write time."""

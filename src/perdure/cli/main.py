@@ -36,6 +36,7 @@ from .client import (
 from .config import load_config
 from .init import init
 from .output import as_dict, console, emit_json, err_console, fail, json_option, table
+from .replay import replay_check_command
 from .runs import runs
 from .schedules import schedules
 
@@ -119,6 +120,7 @@ def cli(
 cli.add_command(runs)
 cli.add_command(schedules)
 cli.add_command(init)
+cli.add_command(replay_check_command)
 
 
 @cli.command()

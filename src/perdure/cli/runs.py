@@ -1,8 +1,10 @@
-"""``perdure runs list`` and ``perdure runs show``: finding runs and reading one."""
+"""``perdure runs list``, ``show`` and ``export``: finding runs and reading one."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -11,6 +13,7 @@ from rich.text import Text
 from ..app import App
 from ..describe import is_flow_run, waits_for
 from ..records import Event, Run, Step
+from ..replay import export_run
 from .client import TIME_HELP, client, json_arg, time_arg
 from .output import as_dict, console, emit_json, json_option, literal, table
 
@@ -237,3 +240,19 @@ def _print_flow_steps(run: Run, steps: list[Step]) -> None:
         if len(erred) > _TASK_ERRORS_SHOWN:
             grid.add_row("", "", f"  and {len(erred) - _TASK_ERRORS_SHOWN} more tasks", "", "", "")
     console.print(grid)
+
+
+@runs.command("export")
+@click.argument("run_id")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file.")
+@click.pass_context
+def runs_export(ctx: click.Context, run_id: str, output: str | None) -> None:
+    """Write a run with its journal as JSON (to stdout, or --output): a history that
+    `perdure replay-check APP --file` checks new code against (docs/versioning.md).
+    Values are written as stored, not redacted."""
+    doc = export_run(client(ctx), run_id)
+    text = json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text, "utf-8")

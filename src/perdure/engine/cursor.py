@@ -60,14 +60,21 @@ class JournalCursor:
         pos = self._pos
         if pos < self._end:
             if self._keys[pos] != key or self._kinds[pos] != kind:
-                return False
+                return kind == "rollback"  # rollbacks follow the body: by key, as before
             self._pos = pos + 1
             if self._held:
                 self._release()
             return True
-        if self.active:
+        if self.active and kind != "rollback":
             self.asked.append(entry(kind, key))
         return True
+
+    def disable(self) -> None:
+        """Check nothing from here on, record nothing (a cancelled run's rollback pass
+        replays by key: it undoes the run, it does not continue it)."""
+        self.active = False
+        self._end = self._pos = 0
+        self._held.clear()
 
     def patched(self, patch_id: str) -> bool | None:
         """A patch point: True if the journal holds its marker next (consumed) or
@@ -111,9 +118,8 @@ class JournalCursor:
         return asked
 
     def unasked(self) -> bool:
-        """True while entries remain that the body has not asked for (rollbacks aside:
-        they are asked after the body ends)."""
-        return any(kind != "rollback" for kind in self._kinds[self._pos : self._end])
+        """True while entries remain that the body has not asked for."""
+        return self._pos < self._end
 
     def divergence(self) -> dict[str, Any]:
         """How the pass diverged, for the run's error: the position, the entry the

@@ -41,7 +41,7 @@ from .compensation import compensated_error, run_rollbacks
 from .control import PassControl
 from .cursor import JournalCursor
 from .divergence import diverged_outcome
-from .run_log import log_outcome
+from .run_log import log_outcome, log_run
 from .services import PassResult, RunServices
 from .steps import PassSteps
 from .suspend import AbandonSignal, FailRunSignal, ParkSignal, Suspend, contains, engine_error, find
@@ -80,6 +80,24 @@ class Runner:
         )
         self.ctx = Context(self.steps)
         self._deadline_error: dict[str, Any] | None = None
+        #: A replay check (`check`): nothing is committed, published or logged.
+        self._checking = False
+        self._checked: Outcome | Transition | None = None
+
+    async def check(self) -> dict[str, Any] | None:
+        """Replay the body over the claimed journal without executing any step
+        function, stopping at the first step the journal does not hold; return how the
+        replay diverged (the run's would-be `NonDeterminismError`), or None. Commits,
+        publishes and logs nothing (`perdure.testing.replay_check`)."""
+        self._checking = True
+        self.steps.replay_only = True
+        await self.execute()
+        ending = self._checked
+        if isinstance(ending, Transition):
+            for event in ending.events:
+                if event.type == "replay_diverged":
+                    return event.data
+        return None
 
     def now(self) -> datetime:
         """The database clock, estimated from the claim time plus elapsed monotonic time."""
@@ -229,15 +247,10 @@ class Runner:
         transition, wake_at, message = diverged_outcome(
             self.run, self.token, detail, self.now(), fail=fail
         )
+        if self._checking:
+            return await self._finish(transition, "diverged")
         self._telemetry.diverged()
-        log.warning(
-            "run %s (%s v%s): replay diverged: %s",
-            self.run.id,
-            self.run.workflow,
-            self.run.version,
-            message,
-            extra={"run_id": self.run.id, "workflow": self.run.workflow, "outcome": "diverged"},
-        )
+        log_run(logging.WARNING, self.run, "diverged", message)  # one line per run
         if fail:
             return await self._finish(transition, "failed")
         return await self._finish(transition, "diverged", wake_at=wake_at, reason=message)
@@ -300,6 +313,7 @@ class Runner:
         journal does not hold (registering the rollbacks of completed steps), run the
         rollbacks newest first, each durably, then cancel the run."""
         self.steps.replay_only = True
+        self._commits.cursor.disable()
         body = asyncio.create_task(self._call_body(), name=f"perdure:{self.run.id}")
         self._control.body = body
         await self._barrier.drive(body)
@@ -348,6 +362,9 @@ class Runner:
         wake_at: datetime | None = None,
         reason: str | None = None,
     ) -> PassResult:
+        if self._checking:
+            self._checked = ending
+            return PassResult(label)
         transition = (
             ending
             if isinstance(ending, Transition)

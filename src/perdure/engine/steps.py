@@ -120,11 +120,11 @@ class PassSteps(WaitingSteps):
             if record.status == "failed":
                 raise StepFailed(key, record.error or {}, record.attempts)
             return record.output
+        self._stop_if_replay_only()
         transact = self._services.transact
         if transact is None:
             raise FailRunSignal(engine_error(ValidationError("this worker has no transactions")))
         attempt = (record.attempts if record is not None else 0) + 1
-        self._stop_if_replay_only()
         self._check_may_run()
         with self._barrier.working():
             if self._commits.has_deferred:  # the previous step's row is durable first

@@ -277,6 +277,10 @@ class PostgresBackend(Operations, ScheduleStore, Backend):
         rows = await self._db.all(QUERIES["get_steps_with_superseded"], {"run_id": run_id})
         return [replace(step_from_row(row[1:9]), superseded=row[9]) for row in rows]
 
+    async def get_call_order(self, run_id: str) -> tuple[str, ...]:
+        row = await self._db.one(QUERIES["get_call_order"], {"run_id": run_id})
+        return () if row is None else tuple(row[0] or ())
+
     async def get_events(self, run_id: str) -> list[Event]:
         rows = await self._db.all(QUERIES["get_events"], {"run_id": run_id})
         return [Event(type_, data, created_at) for type_, data, created_at in rows]

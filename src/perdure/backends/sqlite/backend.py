@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import json
 import logging
 import os
 import sqlite3
@@ -387,6 +388,9 @@ class SQLiteBackend(Backend):
             return await self._call(_operations.get_steps_with_superseded, run_id)
         return await self._call(_flows.steps_or_journal, run_id)
 
+    async def get_call_order(self, run_id: str) -> tuple[str, ...]:
+        return await self._call(_call_order, run_id)
+
     # ------------------------------------------------------------------ operations
 
     async def retry_run(self, run_id: str, from_step: str | None, by: str) -> Run:
@@ -507,6 +511,11 @@ def _migrate(s: Session) -> int:
             s.run(QUERIES["insert_schema_version"], {"version": migration.version, "now": now})
             log.info("applied SQLite migration %s", migration.name)
     return max(current, latest)
+
+
+def _call_order(s: Session, run_id: str) -> tuple[str, ...]:
+    row = s.one(QUERIES["get_call_order"], {"run_id": run_id})
+    return () if row is None else tuple(json.loads(row["call_order"]))
 
 
 def _set_clock_offset(s: Session, seconds: float) -> None:

@@ -302,6 +302,10 @@ FROM steps
 WHERE run_id = %(run_id)s
 ORDER BY seq
 
+-- name: get_call_order
+-- The steps a run's body asked for, in the order it first asked ('kind:key').
+SELECT call_order FROM runs WHERE id = %(run_id)s
+
 -- name: get_steps_with_superseded
 -- A run's journal and the rows retries superseded, in the order they were first written.
 SELECT s.seq, s.key, s.kind, s.status, s.output, s.error, s.attempts, s.started_at,

@@ -625,8 +625,7 @@ RETURNING key, seq
 DELETE FROM steps WHERE run_id = :run_id AND (seq >= :from_seq OR kind = 'rollback')
 
 -- name: cut_call_order
--- Before a retry takes rows out of the journal (from :from_seq on): cut the run's call
--- order where the first of them was asked, and drop its rollbacks' entries.
+-- Before a retry supersedes rows from :from_seq on: cut the call order where they begin.
 UPDATE runs SET call_order = (
     SELECT json_group_array(o.value) FROM (
         SELECT c.value FROM json_each(runs.call_order) c
@@ -662,6 +661,10 @@ FROM steps
 WHERE run_id = :source_id AND status <> 'retrying' AND kind <> 'rollback'
     AND (:before_seq IS NULL OR seq < :before_seq)
 ORDER BY seq
+
+-- name: get_call_order
+-- The steps a run's body asked for, in the order it first asked ('kind:key', JSON).
+SELECT call_order FROM runs WHERE id = :run_id
 
 -- name: get_steps_with_superseded
 -- A run's journal and superseded rows in write order (seqs of removed rows are reused).
