@@ -1,5 +1,6 @@
 """Each run's routes by its id alone (issue 42, point 6): ``/v1/runs/{id}`` with
-``/steps``, ``/events``, ``DELETE`` and ``/signals/{event}`` answer what the routes
+``/steps``, ``/events``, ``DELETE`` and ``/signals/{event}`` (or ``/signals`` with
+the event in the body) answer what the routes
 under the workflow answer, with the same errors. A real `perdure serve` and a real
 worker on each backend."""
 
@@ -54,6 +55,20 @@ def test_a_run_is_read_cancelled_and_signalled_by_its_id_alone(database, tmp_pat
         _status(http, waiting, "completed")
         assert http.get(by_id).body["output"] == {"ok": True}
 
+        # the same signal with the event in the body
+        again = http.post(scoped, {"input": {"order": 3}}).body["runId"]
+        _status(http, again, "waiting")
+        before = http.get(f"/v1/runs/{again}/events").body["items"]
+        for bad in ({}, {"payload": 1}, {"event": 1}, {"event": "approve", "extra": 1},
+                    {"event": "approve", "idempotencyKey": "a/b"}):  # fmt: skip
+            reply = http.post(f"/v1/runs/{again}/signals", bad)
+            assert (reply.status, reply.body["error"]["type"]) == (422, "ValidationError"), bad
+        assert http.get(f"/v1/runs/{again}/events").body["items"] == before
+        body = {"event": "approve", "payload": {"ok": 3}, "idempotencyKey": "k3"}
+        assert http.post(f"/v1/runs/{again}/signals", body).body == {"delivered": True}
+        _status(http, again, "completed")
+        assert http.get(f"/v1/runs/{again}").body["output"] == {"ok": 3}
+
         # cancel by id; a second cancel says the run had ended
         other = http.post(scoped, {"input": {"order": 2}}).body["runId"]
         _status(http, other, "waiting")
@@ -99,6 +114,7 @@ def test_the_openapi_document_has_the_routes_by_id_and_the_traceback(  # type: i
     for tail in ("/steps", "/events", "/stream"):
         assert set(paths["/v1/runs/{run_id}" + tail]) == {"get"}
     assert set(paths["/v1/runs/{run_id}/signals/{event}"]) == {"post"}
+    assert set(paths["/v1/runs/{run_id}/signals"]) == {"post"}
     schemas = document["components"]["schemas"]
     for model in ("RunOut", "StepOut"):
         error = next(

@@ -23,6 +23,7 @@ __all__ = [
     "List",
     "PublishedOut",
     "RunOut",
+    "SignalIn",
     "StartIn",
     "StartOut",
     "StepOut",
@@ -251,6 +252,15 @@ class PublishedOut(Model):
 
     started: list[str]
     resumed: list[str]
+
+
+class SignalIn(In):
+    """A signal as one JSON body: the event, its payload (any JSON value) and an
+    optional ``idempotencyKey`` (the same key delivers once)."""
+
+    event: str
+    payload: Any = None
+    idempotency_key: str | None = None
 
 
 class SignalOut(Model):

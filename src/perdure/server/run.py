@@ -16,7 +16,7 @@ from ..errors import RunNotFound
 from ..records import Run
 from ..telemetry.tracing import remote_parent
 from .common import ERRORS, Cursor, Limit, app_of
-from .models import CancelOut, EventOut, List, RunOut, SignalOut, StepOut
+from .models import CancelOut, EventOut, List, RunOut, SignalIn, SignalOut, StepOut
 from .paging import page_of
 
 __all__ = ["any_run", "run_of_workflow", "run_routes"]
@@ -66,12 +66,13 @@ def run_routes(prefix: str, find: Callable[..., Awaitable[Run]], tags: list[str]
         """Send ``event`` with the body as its payload: it resolves the run's matching
         wait, or is buffered for its next one. The same ``idempotencyKey`` delivers
         once."""
-        app = app_of(request)
-        with remote_parent(request.headers.get("traceparent")):  # its span joins the trace
-            delivered = await app.signal_async(
-                run.id, event, payload, idempotency_key=idempotency_key
-            )
-        return SignalOut(delivered=delivered)
+        return await _signal(request, run, event, payload, idempotency_key)
+
+    @router.post("/{run_id}/signals", response_model=SignalOut, responses=ERRORS)
+    async def signal_run_by_body(run: Found, request: Request, body: SignalIn) -> SignalOut:
+        """The same signal with everything in the body: ``{event, payload?,
+        idempotencyKey?}``."""
+        return await _signal(request, run, body.event, body.payload, body.idempotency_key)
 
     @router.get("/{run_id}/steps", response_model=List[StepOut], responses=ERRORS)
     async def get_steps(
@@ -124,3 +125,12 @@ def run_routes(prefix: str, find: Callable[..., Awaitable[Run]], tags: list[str]
         )
 
     return router
+
+
+async def _signal(
+    request: Request, run: Run, event: str, payload: Any, idempotency_key: str | None
+) -> SignalOut:
+    app = app_of(request)
+    with remote_parent(request.headers.get("traceparent")):  # its span joins the caller's trace
+        delivered = await app.signal_async(run.id, event, payload, idempotency_key=idempotency_key)
+    return SignalOut(delivered=delivered)
