@@ -64,8 +64,8 @@ def test_a_run_is_read_cancelled_and_signalled_by_its_id_alone(database, tmp_pat
             reply = http.post(f"/v1/runs/{again}/signals", bad)
             assert (reply.status, reply.body["error"]["type"]) == (422, "ValidationError"), bad
         assert http.get(f"/v1/runs/{again}/events").body["items"] == before
-        body = {"event": "approve", "payload": {"ok": 3}, "idempotencyKey": "k3"}
-        assert http.post(f"/v1/runs/{again}/signals", body).body == {"delivered": True}
+        signal = {"event": "approve", "payload": {"ok": 3}, "idempotencyKey": "k3"}
+        assert http.post(f"/v1/runs/{again}/signals", signal).body == {"delivered": True}
         _status(http, again, "completed")
         assert http.get(f"/v1/runs/{again}").body["output"] == {"ok": 3}
 
