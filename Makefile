@@ -22,10 +22,10 @@ demo: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	$(BIN)/perdure demo
 
-# Install everything and run the whole suite (unit, contract on SQLite and
+# Install everything (the runtime extras and the dev tools) and run the whole suite (unit, contract on SQLite and
 # PostgreSQL, engine end to end, CLI, examples, chaos smoke), plus lint and types.
 test: $(BIN)/python $(CHROMIUM) $(NODE_EXAMPLE)
-	$(BIN)/pip install --quiet -e ".[all]"
+	$(BIN)/pip install --quiet -e ".[all,dev]"
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
@@ -38,10 +38,12 @@ examples/node_task_worker/node_modules/pg:
 	cd examples/node_task_worker && npm install --no-audit --no-fund --silent
 
 lint: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 
 typecheck: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[all,dev]"
 	$(BIN)/mypy
 
 # The benchmark suite (bench/): perdure on PostgreSQL and SQLite, DBOS Transact on

@@ -1,5 +1,8 @@
 """perdure: durable workflows for Python, journaled in PostgreSQL or SQLite."""
 
+from logging import NullHandler as _NullHandler
+from logging import getLogger as _getLogger
+
 from ._version import __version__
 from .app import App
 from .context import Context, StepApi
@@ -92,3 +95,8 @@ __all__ = [
     "current_step",
     "parse_duration",
 ]
+
+# A library writes nothing to stderr unless its user configured logging: without this
+# handler, Python's last-resort handler would print every WARNING of ours. A handler
+# the user adds (logging.basicConfig, a framework) still gets every record.
+_getLogger(__name__).addHandler(_NullHandler())

@@ -33,7 +33,7 @@ from .records import (
     WorkflowSummary,
 )
 from .serialization import encode
-from .validation import check_aware, check_int, check_key, lookup_id
+from .validation import check_int, check_key, check_moment, lookup_id
 
 __all__ = ["Reads"]
 
@@ -61,8 +61,8 @@ class Reads(ClientBase):
         self,
         workflow: WorkflowRef | None = None,
         status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         input_match: Any = None,
         limit: int = 50,
         cursor: str | None = None,
@@ -79,7 +79,9 @@ class Reads(ClientBase):
         Args:
             workflow: only this workflow (function or name).
             status: only runs in this status.
-            since, until: created at or after ``since`` and before ``until`` (aware datetimes).
+            since, until: created at or after ``since`` and before ``until``: aware
+                datetimes, or text: a duration ago (``"1h"``), a date (``"2026-05-01"``,
+                midnight UTC) or a date-time with an offset (``"2026-05-01T14:00Z"``).
             input_match: only runs whose input contains this JSON value (``@>`` semantics).
             limit: page size, 1-1000.
             cursor: from a previous page.
@@ -108,8 +110,8 @@ class Reads(ClientBase):
         params = ListRunsParams(
             workflow=None if workflow is None else workflow_name(workflow),
             status=status,
-            since=None if since is None else check_aware(since, "since"),
-            until=None if until is None else check_aware(until, "until"),
+            since=None if since is None else check_moment(since, "since"),
+            until=None if until is None else check_moment(until, "until"),
             input_match_json=None
             if input_match is None
             else encode(input_match, what="input_match"),
@@ -140,8 +142,8 @@ class Reads(ClientBase):
         self,
         workflow: WorkflowRef | None = None,
         status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         input_match: Any = None,
         limit: int = 50,
         cursor: str | None = None,

@@ -18,7 +18,7 @@ from .handle import RunClient, RunHandle
 from .ids import new_run_id
 from .names import WorkflowRef, workflow_name
 from .serialization import encode
-from .validation import check_int, check_key, lookup_id
+from .validation import check_int, check_key, check_moment, lookup_id
 
 __all__ = ["CANCELLABLE", "RETRYABLE", "Recovery"]
 
@@ -145,8 +145,8 @@ class Recovery(Reads):
         workflow: WorkflowRef | None = None,
         *,
         status: str = "failed",
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         input_match: Any = None,
         by: str | None = None,
     ) -> list[str]:
@@ -175,8 +175,8 @@ class Recovery(Reads):
         workflow: WorkflowRef | None = None,
         *,
         status: str = "failed",
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         input_match: Any = None,
         by: str | None = None,
     ) -> list[str]:
@@ -196,8 +196,8 @@ class Recovery(Reads):
         workflow: WorkflowRef | None = None,
         *,
         status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         input_match: Any = None,
     ) -> list[str]:
         """Cancel every live run the filters of `list_runs` select, a page at a time,
@@ -226,8 +226,8 @@ class Recovery(Reads):
         workflow: WorkflowRef | None = None,
         *,
         status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         input_match: Any = None,
     ) -> list[str]:
         """Cancel the live runs the filters select; see `cancel_runs_async`."""
@@ -245,12 +245,15 @@ class Recovery(Reads):
         act: Callable[[Backend, str], Awaitable[bool]],
         workflow: WorkflowRef | None,
         status: str | None,
-        since: datetime | None,
-        until: datetime | None,
+        since: datetime | str | None,
+        until: datetime | str | None,
         input_match: Any,
     ) -> list[str]:
         """``act`` on every run the filters select, a page at a time, each in its own
         transaction; the ids of the runs it changed."""
+        # a duration ago is read once, so every page has the same bounds
+        since = None if since is None else check_moment(since, "since")
+        until = None if until is None else check_moment(until, "until")
         name = None if workflow is None else workflow_name(workflow)
         backend = await self._backend()
         done: list[str] = []

@@ -8,7 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 from .errors import ValidationError
 
-__all__ = ["Duration", "format_duration", "parse_duration", "to_seconds"]
+__all__ = [
+    "MOMENT_FORMS",
+    "MOMENT_PATTERN",
+    "Duration",
+    "format_duration",
+    "moment",
+    "parse_duration",
+    "to_seconds",
+]
 
 Duration = str | int | float | timedelta
 
@@ -75,18 +83,42 @@ def format_duration(seconds: float) -> str:
     return "".join(out) or "0s"
 
 
+#: A point in time as a person or a client writes it, and as every entry takes it
+#: (REST's ``since``/``until``, the CLI's ``--since``/``--until``, the dashboard's
+#: filters, `App.list_runs`): a duration ago (``1h``, ``30m``, ``1h30m``, ``7d``), a date
+#: (``2026-05-01``, midnight UTC) or a date-time with an offset
+#: (``2026-05-01T14:00:00Z``, ``2026-05-01T16:00+02:00``; seconds and a fraction are
+#: optional). A bare number is refused: seconds ago and seconds since 1970 look alike.
+MOMENT_PATTERN = (
+    r"(?:[0-9]{1,12}(?:\.[0-9]{1,9})?(?:ms|s|m|h|d|w))+"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"(?:[Tt][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2}))?"
+)
+_MOMENT = re.compile(MOMENT_PATTERN, re.ASCII)
+#: The forms of `MOMENT_PATTERN` in words, as errors and docs state them.
+MOMENT_FORMS = (
+    "an ISO 8601 time with an offset (2026-05-01T14:00:00Z), a date (2026-05-01, "
+    "midnight UTC) or a duration ago (30m, 1h, 7d)"
+)
+
+
 def moment(text: str, *, what: str) -> datetime:
-    """A point in time typed by a person: ISO 8601 (UTC when it has no offset) or a
-    duration ago (``1h`` is one hour ago)."""
-    try:
+    """A point in time written as `MOMENT_PATTERN` says: a duration ago (``1h`` is one
+    hour ago), a date (midnight UTC) or a date-time with an offset. Anything else
+    raises `ValidationError` naming ``what``."""
+    if not isinstance(text, str) or not _MOMENT.fullmatch(text):
+        raise ValidationError(f"{what} must be {MOMENT_FORMS}; got {text!r:.80}")
+    given = text
+    if text[-1].isalpha() and text[-1] not in "Zz":  # a duration ago
         return datetime.now(UTC) - timedelta(seconds=to_seconds(text, what=what))
-    except ValidationError:
-        pass
+    if len(text) == 10:  # a date
+        text += "T00:00:00+00:00"
+    text = text.upper().replace("Z", "+00:00")
+    whole, dot, rest = text.partition(".")
+    if dot:  # Python reads at most microseconds: keep six digits of the fraction
+        digits = len(rest) - 6  # the offset, "+hh:mm", is the last six characters
+        text = f"{whole}.{rest[:digits][:6].ljust(6, '0')}{rest[digits:]}"
     try:
-        when = datetime.fromisoformat(text)
+        return datetime.fromisoformat(text)
     except ValueError:
-        raise ValidationError(
-            f"{what} must be an ISO 8601 time (2026-11-25T14:00) or a duration ago (1h), "
-            f"got {text!r:.80}"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        raise ValidationError(f"{what} {given!r:.80} is not a real date or time") from None

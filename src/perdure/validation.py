@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from .durations import moment
 from .errors import PerdureError, RunNotFound, ValidationError
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "check_id",
     "check_int",
     "check_key",
+    "check_moment",
     "check_time",
     "lookup_id",
 ]
@@ -118,6 +120,14 @@ def check_aware(value: object, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(f"{what} must be timezone-aware (e.g. datetime.now(timezone.utc))")
     return value
+
+
+def check_moment(value: object, what: str) -> datetime:
+    """A filter bound: a timezone-aware datetime, or text as `perdure.durations.moment`
+    reads it (``"1h"`` ago, ``"2026-05-01"``, ``"2026-05-01T14:00:00Z"``)."""
+    if isinstance(value, str):
+        return moment(value, what=what)
+    return check_aware(value, what)
 
 
 def check_time(value: object, what: str) -> datetime:

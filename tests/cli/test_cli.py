@@ -283,7 +283,7 @@ def test_read_commands_tell_the_story_of_a_run(database, env, tmp_path) -> None:
             assert ids("--input-match", '{"note": "[bold]x[/]"}') == [parent.id]
             assert ids("--since", "1h") == [child.id, parent.id]
             assert ids("--until", "1h") == []
-            assert ids("--since", "2000-01-01T00:00") == [child.id, parent.id]
+            assert ids("--since", "2000-01-01T00:00Z") == [child.id, parent.id]
             bad = cli("runs", "list", "--since", "yesterday-ish", check=False)
             assert bad.returncode == 2 and "--since" in bad.stderr
             assert app.signal(child.id, "approval", "yes")

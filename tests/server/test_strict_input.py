@@ -6,6 +6,7 @@ token in the Authorization header."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,9 @@ def test_a_number_is_never_taken_as_a_time(database, tmp_path: Path) -> None:  #
     with server(env, tmp_path, token=TOKEN) as http:
         run_id = http.post(RUNS, {"input": "ann"}).body["runId"]
         before = stored_rows(database)
-        for query in ("until=0.5", "since=1700000000", "until=2026-11-28", "since=true"):
+        for query in ("until=0.5", "since=1700000000", "until=2026-11-28T10:00", "since=true"):
             message = _refused(http, "GET", f"{RUNS}?{query}")
-            assert "RFC 3339" in message, message
+            assert "a duration ago" in message and query.split("=")[0] in message, message
         for body in ({"until": 4102444800}, {"until": 0.5}, {"since": True}, {"since": 0}):
             _refused(http, "POST", "/v1/workflows/greet/bulk/cancel", body)
             _refused(http, "POST", "/v1/workflows/greet/bulk/retry", body)
@@ -82,13 +83,18 @@ def test_a_number_is_never_taken_as_a_time(database, tmp_path: Path) -> None:  #
         assert cancelled.status == 200 and cancelled.body["runIds"] == [run_id]
 
 
-def test_a_time_is_an_rfc_3339_date_time_with_an_offset() -> None:
+def test_a_time_is_a_duration_ago_a_date_or_a_date_time_with_an_offset() -> None:
     time = TypeAdapter(Time)
     exact = datetime(2026, 11, 28, 15, 0, 0, 123456, tzinfo=UTC)
     assert time.validate_python("2026-11-28t15:00:00.123456789z") == exact
     assert time.validate_python("2026-11-28T15:00:00.1-05:30").utcoffset() == -timedelta(
         hours=5, minutes=30
     )
+    assert time.validate_python("2026-11-28T15:00Z") == datetime(2026, 11, 28, 15, tzinfo=UTC)
+    assert time.validate_python("2026-05-01") == datetime(2026, 5, 1, tzinfo=UTC)
+    before = datetime.now(UTC)
+    ago = time.validate_python("1h30m")
+    assert before - timedelta(minutes=90) <= ago <= datetime.now(UTC) - timedelta(minutes=90)
     for bad in (
         0.5,
         1700000000,
@@ -96,12 +102,15 @@ def test_a_time_is_an_rfc_3339_date_time_with_an_offset() -> None:
         None,
         "1700000000",
         "0.5",
-        "2026-11-28",
         "2026-11-28T15:00:00",
         "2026-11-28 15:00:00Z",
-        "2026-11-28T15:00Z",
         "2026-02-30T00:00:00Z",
+        "2026-02-30",
         "2026-11-28T15:00:00+0200",
+        "yesterday",
+        "1h ",
+        "-1h",
+        "1000000000d",
         "\uff12\uff10\uff12\uff16-11-28T15:00:00Z",  # full-width digits
     ):
         with pytest.raises(Invalid):
@@ -160,12 +169,18 @@ def test_the_openapi_document_describes_what_the_server_takes(  # type: ignore[n
     assert body("/v1/workflows/{name}/bulk/retry")["status"]["enum"] == ["failed", "cancelled"]
     cancel = body("/v1/workflows/{name}/bulk/cancel")
     assert cancel["status"]["enum"] == ["pending", "running", "waiting"]
-    assert (cancel["until"]["type"], cancel["until"]["format"]) == ("string", "date-time")
+    assert cancel["until"]["type"] == "string" and "format" not in cancel["until"]
+    assert "duration ago" in cancel["until"]["description"]
     listing = {
         p["name"]: _schema(document, p["schema"])
         for p in paths["/v1/workflows/{name}/runs"]["get"]["parameters"]
     }
-    assert listing["until"]["format"] == listing["since"]["format"] == "date-time"
+    pattern = re.compile(listing["since"]["pattern"])
+    assert listing["until"]["pattern"] == cancel["since"]["pattern"] == pattern.pattern
+    for good in ("1h", "1h30m", "2026-05-01", "2026-05-01T14:00:00Z", "2026-05-01T14:00+02:00"):
+        assert pattern.search(good), good
+    for bad in ("5", "2026-05-01T14:00", "yesterday", "1h\n"):
+        assert not pattern.fullmatch(bad), bad
     assert listing["status"]["enum"] == [
         "pending", "running", "waiting", "completed", "failed", "cancelled"
     ]  # fmt: skip

@@ -47,3 +47,21 @@ def test_rejects_absurdly_long() -> None:
 @given(st.integers(min_value=0, max_value=10**7))
 def test_format_round_trips(seconds: int) -> None:
     assert to_seconds(format_duration(seconds)) == seconds
+
+
+def test_moment_reads_a_duration_ago_a_date_or_a_date_time_with_an_offset() -> None:
+    """The one parser of ``since``/``until`` (CLI, REST, dashboard, `App.list_runs`)."""
+    from datetime import UTC, datetime
+
+    from perdure import ValidationError
+    from perdure.durations import moment
+
+    before = datetime.now(UTC)
+    assert before - timedelta(hours=1, seconds=1) < moment("1h", what="since") < before
+    assert moment("2026-05-01", what="since") == datetime(2026, 5, 1, tzinfo=UTC)
+    assert moment("2026-05-01T14:00Z", what="since") == datetime(2026, 5, 1, 14, tzinfo=UTC)
+    east = moment("2026-05-01T16:00:00.5+02:00", what="since")
+    assert east == datetime(2026, 5, 1, 14, 0, 0, 500000, tzinfo=UTC)
+    for bad in ("5", "0.5", "2026-05-01T14:00", "2026-05-01 14:00Z", "2026-13-01", "1H", ""):
+        with pytest.raises(ValidationError, match="since"):
+            moment(bad, what="since")

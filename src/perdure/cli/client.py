@@ -20,6 +20,7 @@ from .config import ProjectConfig
 from .discover import discover
 
 __all__ = [
+    "TIME_HELP",
     "app_option",
     "client",
     "first",
@@ -133,9 +134,13 @@ def json_arg(value: str | None, what: str) -> Any:
         raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
 
 
+#: How a --since/--until is written, for the options' help.
+TIME_HELP = "1h (ago), 2026-05-01 (midnight UTC) or 2026-05-01T14:00Z"
+
+
 def time_arg(value: str | None, what: str) -> datetime | None:
-    """A point in time: ISO 8601 (UTC when no offset is given) or a duration ago
-    (``1h`` = one hour ago); a bad one is a usage error."""
+    """A point in time as `perdure.durations.moment` reads it (a duration ago, a date
+    or a date-time with an offset); a bad one is a usage error."""
     if value is None:
         return None
     try:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .client import client, json_arg, time_arg
+from .client import TIME_HELP, client, json_arg, time_arg
 from .output import console, emit_json, fail, json_option
 from .runs import input_match_of, runs
 
@@ -21,8 +21,14 @@ def _filters(fn: F) -> F:
     for option in reversed(
         [
             click.option("--workflow", help="Only this workflow."),
-            click.option("--since", help="Created at or after: ISO 8601, or a duration ago."),
-            click.option("--until", help="Created before: ISO 8601, or a duration ago."),
+            click.option(
+                "--since",
+                help=f"Created at or after: {TIME_HELP}.",
+            ),
+            click.option(
+                "--until",
+                help=f"Created before: {TIME_HELP}.",
+            ),
             click.option("--input", "inputs", multiple=True, help="Input field key=value."),
             click.option("--input-match", help="Input contains this JSON."),
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..replay import replay_check
-from .client import load_app, time_arg
+from .client import TIME_HELP, load_app, time_arg
 from .output import console, emit_json, json_option, table
 
 __all__ = ["replay_check_command"]
@@ -21,7 +21,7 @@ __all__ = ["replay_check_command"]
     type=click.Choice(["pending", "waiting", "running", "completed", "failed", "cancelled"]),
     help="Only runs in this status (repeatable). Default: pending, waiting, running.",
 )
-@click.option("--since", help="Created at or after: ISO 8601, or a duration ago (7d).")
+@click.option("--since", help=f"Created at or after: {TIME_HELP}.")
 @click.option("--limit", default=1000, show_default=True, help="At most this many per status.")
 @click.option(
     "--file",

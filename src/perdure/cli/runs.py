@@ -15,7 +15,7 @@ from ..attempts import attempts_of
 from ..describe import is_flow_run, waits_for
 from ..records import Event, Run, Step
 from ..replay import export_run
-from .client import client, json_arg, time_arg
+from .client import TIME_HELP, client, json_arg, time_arg
 from .output import as_dict, console, emit_json, json_option, literal, table
 
 __all__ = ["runs"]
@@ -68,8 +68,8 @@ def input_match_of(pairs: tuple[str, ...], match: str | None) -> Any:
 @runs.command("list")
 @click.option("--workflow", help="Only this workflow.")
 @click.option("--status", help="Only this status.")
-@click.option("--since", help="Created at or after: ISO 8601, or a duration ago (1h).")
-@click.option("--until", help="Created before: ISO 8601, or a duration ago.")
+@click.option("--since", help=f"Created at or after: {TIME_HELP}.")
+@click.option("--until", help=f"Created before: {TIME_HELP}.")
 @click.option("--input", "inputs", multiple=True, help="Input field key=value (repeatable).")
 @click.option("--input-match", help="Input contains this JSON (PostgreSQL @> rules).")
 @click.option("--parent", help="Only the children of this run.")

@@ -1,6 +1,7 @@
 """One log line per thing that happens to a run: every retry, failure, park and
-recovery with its reason (logger ``perdure.runs``; WARNING for failures, retries and
-recoveries, INFO for parks and releases, DEBUG otherwise). The record also carries
+recovery with its reason (logger ``perdure.runs``; WARNING for a run's failure and a
+recovery, INFO for a retry that will be retried, parks and releases, DEBUG
+otherwise). The record also carries
 ``run_id``, ``workflow``, ``outcome`` and ``reason`` as fields, which the JSON log
 format prints."""
 
@@ -45,15 +46,15 @@ def log_outcome(
     when = "an event" if wake_at is None else wake_at.isoformat()
     if outcome == "failed":
         log_run(logging.WARNING, run, "failed", cause)
-    elif outcome == "retrying":
+    elif outcome == "retrying":  # not a failure yet: the run will be tried again
         log_run(
-            logging.WARNING,
+            logging.INFO,
             run,
             "retrying",
             f"attempt {run.attempt} failed ({cause}); next at {when}",
         )
     elif outcome == "parked" and reason is not None and reason.startswith("step "):
-        log_run(logging.WARNING, run, "step retrying", reason)
+        log_run(logging.INFO, run, "step retrying", reason)
     elif outcome == "parked":
         log_run(logging.INFO, run, "parked", f"{reason or 'parked'}; wakes at {when}")
     elif outcome == "cancelled":

@@ -28,6 +28,7 @@ from .others import router as others_router
 from .readonly import ReadOnlyGuard
 from .recovery import router as recovery_router
 from .redacting import Redacting
+from .runs import by_id as run_by_id_router
 from .runs import router as runs_router
 from .schedules import router as schedules_router
 from .sessions import DEFAULT_LIFETIME, Sessions, load_secret
@@ -84,6 +85,7 @@ def create_server(
     api.state.perdure = app
     install_error_handlers(api)
     api.include_router(runs_router)
+    api.include_router(run_by_id_router)
     api.include_router(others_router)
     api.include_router(flows_router)
     api.include_router(recovery_router)

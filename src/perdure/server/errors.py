@@ -22,6 +22,7 @@ from ..errors import (
     SchemaVersionError,
     ValidationError,
 )
+from .wire_names import rest_names
 
 log = logging.getLogger("perdure.server")
 
@@ -60,14 +61,17 @@ def error_response(status: int, type_: str, message: str, **headers: str) -> JSO
     )
 
 
-async def _perdure_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _perdure_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PerdureError)
     status = next((s for kind, s in _STATUS if isinstance(exc, kind)), 500)
     if status >= 500:
         log.warning("database unavailable: %s", exc)
         return error_response(status, "Unavailable", f"the database is unavailable: {exc}")
     type_ = "ReadOnly" if isinstance(exc, ReadOnlyDatabase) else type(exc).__name__
-    return error_response(status, type_, str(exc))
+    message = str(exc)
+    if request.url.path.startswith("/v1/"):  # the API's callers know its names only
+        message = rest_names(message)
+    return error_response(status, type_, message)
 
 
 async def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:

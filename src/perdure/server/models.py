@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from ..redaction import Redaction
@@ -23,6 +23,7 @@ __all__ = [
     "List",
     "PublishedOut",
     "RunOut",
+    "SignalIn",
     "StartIn",
     "StartOut",
     "StepOut",
@@ -62,6 +63,26 @@ class In(Model):
     or string taken as a number, no number as a time) and camelCase names only."""
 
     model_config = ConfigDict(strict=True, populate_by_name=False)
+
+
+#: A failure as stored on a run, a step or a task: documented, never reshaped.
+Failure = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "Why it failed. `traceback` is Python's traceback as text, "
+            "last frame last (absent when the failure did not come from Python code: a "
+            "timeout, a cancel, another language's worker); other keys may be added.",
+            "properties": {
+                "type": {"type": "string", "description": "The exception's class name."},
+                "message": {"type": "string"},
+                "traceback": {"type": "string"},
+            },
+            "additionalProperties": True,
+        }
+    ),
+]
 
 
 class ApiError(Model):
@@ -116,7 +137,7 @@ class RunOut(Model):
     status: str
     input: Any
     output: Any
-    error: dict[str, Any] | None
+    error: Failure | None
     attempt: int
     priority: int
     parent_id: str | None
@@ -139,7 +160,7 @@ class TaskOut(Model):
     status: str
     attempts: int
     output: Any
-    error: dict[str, Any] | None
+    error: Failure | None
     run_id: str
     started_at: datetime | None
     completed_at: datetime | None
@@ -153,7 +174,7 @@ class StepOut(Model):
     kind: str
     status: str
     output: Any
-    error: dict[str, Any] | None
+    error: Failure | None
     attempts: int
     started_at: datetime | None
     completed_at: datetime | None
@@ -231,6 +252,15 @@ class PublishedOut(Model):
 
     started: list[str]
     resumed: list[str]
+
+
+class SignalIn(In):
+    """A signal as one JSON body: the event, its payload (any JSON value) and an
+    optional ``idempotencyKey`` (the same key delivers once)."""
+
+    event: str
+    payload: Any = None
+    idempotency_key: str | None = None
 
 
 class SignalOut(Model):

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from .common import ERRORS, app_of
 from .models import BulkCancelIn, BulkOut, BulkRetryIn, ForkIn, RetryIn, RunIdOut
-from .runs import run_of
+from .run import run_of_workflow
 
 __all__ = ["router"]
 
@@ -25,7 +25,7 @@ async def retry_run(
     """Resume a failed or cancelled run under its id from ``fromStep`` (default: the
     step that failed); the steps before it do not run again. 409 for a live run."""
     app = app_of(request)
-    await run_of(app, name, run_id)
+    await run_of_workflow(name, run_id, request)
     from_step = None if body is None else body.from_step
     handle = await app.retry_async(run_id, from_step=from_step, by=_by(request))
     return RunIdOut(run_id=handle.id)
@@ -38,7 +38,7 @@ async def fork_run(
     """Start a new run from a copy of this run's journal before ``fromStep`` (default:
     all of it); the source is untouched."""
     app = app_of(request)
-    await run_of(app, name, run_id)
+    await run_of_workflow(name, run_id, request)
     fork = body or ForkIn()
     handle = await app.fork_async(
         run_id, from_step=fork.from_step, input=fork.input, version=fork.version, by=_by(request)

@@ -1,35 +1,23 @@
-"""The routes of runs: start, list, read, cancel, signal, journal, audit trail, and the
-live stream."""
+"""The routes of a workflow's runs: start and list; each run's own routes (run.py) under
+the workflow and by the run's id alone (``by_id``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Query, Request, Response
 
-from ..app import App
-from ..errors import RunNotFound, ValidationError
-from ..records import Run
+from ..errors import ValidationError
 from ..telemetry.tracing import remote_parent
 from .common import ERRORS, Cursor, Limit, app_of
-from .models import CancelOut, EventOut, List, RunOut, SignalOut, StartIn, StartOut, StepOut
-from .paging import page_of
+from .models import List, RunOut, StartIn, StartOut
+from .run import any_run, run_of_workflow, run_routes
 from .strict import Status, Time
 
-__all__ = ["router"]
+__all__ = ["by_id", "router"]
 
 router = APIRouter(prefix="/v1/workflows/{name}/runs", tags=["runs"])
-
-
-async def run_of(app: App, name: str, run_id: str) -> Run:
-    """The run, if it is one of workflow ``name`` (else `RunNotFound`)."""
-    run = await app.get_run_async(run_id)
-    if run.workflow != name:
-        raise RunNotFound(run_id)
-    return run
 
 
 @router.post(
@@ -92,70 +80,6 @@ async def list_runs(
     return List[RunOut](items=[RunOut.of(r) for r in page.items], next_cursor=page.next_cursor)
 
 
-@router.get("/{run_id}", response_model=RunOut, responses=ERRORS)
-async def get_run(name: str, run_id: str, request: Request) -> RunOut:
-    """One run."""
-    return RunOut.of(await run_of(app_of(request), name, run_id))  # type: ignore[no-any-return]
-
-
-@router.delete("/{run_id}", response_model=CancelOut, responses=ERRORS)
-async def cancel_run(name: str, run_id: str, request: Request, rollback: bool = False) -> CancelOut:
-    """Cancel a live run and its live children; ``cancelled`` is false when it had
-    already ended. With ``rollback=true`` a worker first runs the rollbacks of its
-    completed steps, newest first, then cancels it."""
-    app = app_of(request)
-    await run_of(app, name, run_id)
-    cancelled = await app.cancel_async(run_id, rollback=rollback)
-    return CancelOut(run_id=run_id, cancelled=cancelled)
-
-
-@router.post("/{run_id}/signals/{event}", response_model=SignalOut, responses=ERRORS)
-async def signal_run(
-    name: str,
-    run_id: str,
-    event: str,
-    request: Request,
-    payload: Annotated[Any, Body(description="The payload: any JSON value.")] = None,
-    idempotency_key: Annotated[str | None, Query(alias="idempotencyKey")] = None,
-) -> SignalOut:
-    """Send ``event`` with the body as its payload: it resolves the run's matching wait,
-    or is buffered for its next one. The same ``idempotencyKey`` delivers once."""
-    app = app_of(request)
-    await run_of(app, name, run_id)
-    with remote_parent(request.headers.get("traceparent")):  # its span joins the caller's trace
-        delivered = await app.signal_async(run_id, event, payload, idempotency_key=idempotency_key)
-    return SignalOut(delivered=delivered)
-
-
-@router.get("/{run_id}/steps", response_model=List[StepOut], responses=ERRORS)
-async def get_steps(
-    name: str,
-    run_id: str,
-    request: Request,
-    include_superseded: Annotated[bool, Query(alias="includeSuperseded")] = False,
-    cursor: Cursor = None,
-    limit: Limit = 100,
-) -> List[StepOut]:
-    """The run's journal, in the order its steps were recorded; with
-    ``includeSuperseded=true`` also the rows retries superseded."""
-    app = app_of(request)
-    await run_of(app, name, run_id)
-    steps = await app.get_steps_async(run_id, include_superseded)
-    items, following = page_of(steps, cursor, limit)
-    return List[StepOut](items=[StepOut.of(s) for s in items], next_cursor=following)
-
-
-@router.get("/{run_id}/events", response_model=List[EventOut], responses=ERRORS)
-async def get_events(
-    name: str, run_id: str, request: Request, cursor: Cursor = None, limit: Limit = 100
-) -> List[EventOut]:
-    """The run's audit trail, oldest first."""
-    app = app_of(request)
-    await run_of(app, name, run_id)
-    items, following = page_of(await app.get_events_async(run_id), cursor, limit)
-    return List[EventOut](items=[EventOut.of(e) for e in items], next_cursor=following)
-
-
 def _input_match(request: Request) -> dict[str, Any] | None:
     match: dict[str, Any] = {}
     for key, raw in request.query_params.multi_items():
@@ -181,28 +105,6 @@ def _value(raw: str) -> Any:
         return raw
 
 
-@router.get(
-    "/{run_id}/stream",
-    responses={
-        200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events."},
-        **ERRORS,
-    },
-    response_class=StreamingResponse,
-)
-async def stream_run(name: str, run_id: str, request: Request) -> StreamingResponse:
-    """The run's events as Server-Sent Events: its history, then each event as it
-    happens (a value set by the run is an event of type ``value``); the stream ends
-    with the run. Each message is ``event: <type>`` and ``data: <the event as JSON>``."""
-    app = app_of(request)
-    await run_of(app, name, run_id)
-
-    async def messages() -> AsyncIterator[str]:
-        async for event in app.watch_async(run_id):
-            if await request.is_disconnected():
-                return
-            body = EventOut.of(event).model_dump_json(by_alias=True)
-            yield f"event: {event.type}\ndata: {body}\n\n"
-
-    return StreamingResponse(
-        messages(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
-    )
+router.include_router(run_routes("", run_of_workflow, ["runs"]))
+#: One run's routes by its id alone: ``/v1/runs/{run_id}``...
+by_id = run_routes("/v1/runs", any_run, ["runs"])
