@@ -280,8 +280,6 @@ ORDER BY seq
 
 -- name: get_events
 -- A run's stored events merged with step_completed (or value) entries from the journal.
--- A sleep's row is written when it is scheduled (sleep_started): it completes at its
--- due time, once that has passed (:now), unless the run ended first.
 SELECT type, data, created_at, id AS mark, 0 AS part, 0 AS seq
 FROM events
 WHERE run_id = :run_id
@@ -290,6 +288,8 @@ SELECT
     CASE WHEN s.key LIKE '~set:%' THEN 'value' ELSE 'step_completed' END,
     CASE WHEN s.key LIKE '~set:%' THEN s.output
          ELSE json_object('step', s.key, 'kind', s.kind) END,
+    -- a sleep's row is written when it is scheduled (sleep_started): it completes at
+    -- its due time, once that has passed (:now), unless the run ended first
     CASE WHEN s.kind = 'sleep' THEN coalesce(s.completed_at, s.recorded_at)
          ELSE s.recorded_at END,
     s.event_mark, 1, s.seq
@@ -715,8 +715,7 @@ ORDER BY seq
 UPDATE runs SET error = :error WHERE id = :id
 
 -- name: queue_gauges
--- Per workflow with live runs: running, due for a claim, the oldest due one's wait,
--- pending and waiting.
+-- Per workflow with live runs: running, due, the oldest due one's wait, pending, waiting.
 SELECT workflow,
        sum(status = 'running') AS running,
        sum(status <> 'running' AND available_at <= :now) AS due,
