@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,7 @@ class Runner:
         #: A replay check (`check`): nothing is committed, published or logged.
         self._checking = False
         self._checked: Outcome | Transition | None = None
+        self._committed_ns: int | None = None  # when the pass's last commit returned
 
     async def check(self) -> dict[str, Any] | None:
         """Replay the body over the claimed journal without executing any step
@@ -126,7 +128,7 @@ class Runner:
             outcome = result.outcome
             return result
         finally:
-            self._telemetry.pass_ended(outcome)
+            self._telemetry.pass_ended(outcome, self._committed_ns)
 
     async def _execute(self) -> PassResult:
         if _rolling_back(self.run):
@@ -377,6 +379,7 @@ class Runner:
             else Transition(self.run.id, self.token, outcome=ending)
         )
         committed = await self._commits.commit_last(transition, label)
+        self._committed_ns = time.time_ns()
         if committed is None:
             return PassResult("abandoned")
         outcome = transition.outcome

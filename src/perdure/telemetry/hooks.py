@@ -38,8 +38,9 @@ class PassHooks(Protocol):
     def diverged(self) -> None:
         """The pass's replay diverged from the run's journal."""
 
-    def pass_ended(self, outcome: str) -> None:
-        """The pass ended with ``outcome`` (a `PassResult` outcome)."""
+    def pass_ended(self, outcome: str, committed_ns: int | None = None) -> None:
+        """The pass ended with ``outcome`` (a `PassResult` outcome); ``committed_ns`` is
+        when its last commit returned (`time.time_ns`), if it made one."""
 
     def traceparent(self) -> str | None:
         """The W3C traceparent of the pass's span (a child run's spans join it)."""
@@ -73,7 +74,7 @@ class _NoPass:
     def diverged(self) -> None:
         pass
 
-    def pass_ended(self, outcome: str) -> None:
+    def pass_ended(self, outcome: str, committed_ns: int | None = None) -> None:
         pass
 
     def traceparent(self) -> str | None:

@@ -179,7 +179,7 @@ class _Pass:
         if wf is not None:
             wf.divergences += 1
 
-    def pass_ended(self, outcome: str) -> None:
+    def pass_ended(self, outcome: str, committed_ns: int | None = None) -> None:
         wf = self._wf
         if wf is not None and outcome in _ENDED:
             wf.count(wf.completed, outcome)
@@ -191,7 +191,9 @@ class _Pass:
                 from opentelemetry.trace import Status, StatusCode
 
                 span.set_status(Status(StatusCode.ERROR))
-            span.end()
+            # The run may be claimed again as soon as the last commit returns: the span
+            # ends there, so the next pass's span never starts inside this one.
+            span.end(end_time=committed_ns)
 
     def traceparent(self) -> str | None:
         span = self._span
