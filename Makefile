@@ -22,8 +22,9 @@ demo: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	$(BIN)/perdure demo
 
-# Install everything (the runtime extras and the dev tools) and run the whole suite (unit, contract on SQLite and
-# PostgreSQL, engine end to end, CLI, examples, chaos smoke), plus lint and types.
+# Install everything (the runtime extras and the dev tools) and run the whole suite
+# (unit, contract on SQLite and PostgreSQL, engine end to end, CLI, examples, chaos
+# smoke), plus lint and types.
 test: $(BIN)/python $(CHROMIUM) $(NODE_EXAMPLE)
 	$(BIN)/pip install --quiet -e ".[all,dev]"
 	$(BIN)/ruff check src tests examples bench
